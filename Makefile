@@ -1,0 +1,30 @@
+# The two commands that do all the set-up on a fresh machine:
+#   make demo   runs the demo notebooks headless and writes build/*.html
+#   make test   runs the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(BIN)/python notebooks/run_demo.py --out build
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/load_time.py
+	$(BIN)/python benchmarks/sampler_overhead.py
+
+clean:
+	rm -rf build .pytest_cache

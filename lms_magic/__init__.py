@@ -1,0 +1,51 @@
+"""lms_magic: see where the memory of a notebook cell goes, and train models
+that do not fit in GPU memory with Large Model Support.
+
+``%load_ext lms_magic`` registers the magics. Loading imports no deep-learning
+framework and touches no GPU; the public API below is imported on first use.
+
+Example:
+    >>> import lms_magic
+    >>> with lms_magic.profile_memory() as report:
+    ...     block = bytearray(16 * 2**20)
+    >>> report.status
+    'ok'
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_PUBLIC = {
+    "profile_memory": "lms_magic.memory.profile",
+    "MemoryProfiler": "lms_magic.memory.profile",
+    "MemoryReport": "lms_magic.results",
+}
+
+__all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension"]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'lms_magic' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
+
+
+def load_ipython_extension(ipython) -> None:
+    """Called by ``%load_ext lms_magic``: registers ``%gpumem`` / ``%%gpumem``."""
+    from .magics import register
+
+    register(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """Called by ``%unload_ext lms_magic``: removes what loading registered."""
+    from .magics import unregister
+
+    unregister(ipython)

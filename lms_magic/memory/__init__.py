@@ -1,0 +1,1 @@
+"""Measuring memory: host RSS, NVML, framework allocators, and the profiler over them."""

@@ -1,0 +1,1 @@
+"""Showing results: plotly figures (and, later, ipywidgets dashboards)."""

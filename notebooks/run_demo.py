@@ -1,0 +1,71 @@
+"""Run the demo notebooks headless (nbclient), write them as HTML, print the figures.
+
+Usage: python notebooks/run_demo.py [--out build] [--param NAME=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import sys
+import time
+
+import nbformat
+from nbclient import NotebookClient
+from nbconvert import HTMLExporter
+
+HERE = pathlib.Path(__file__).parent
+DEMOS = ["gpumem_demo.ipynb"]
+REPORT_LINE = re.compile(r"^(host: |GPU \d|note: |partial: |peak memory: )")
+
+
+def set_parameters(notebook, overrides: dict[str, str]) -> None:
+    """Rewrites ``NAME = value`` lines of the first code cell (the parameters cell)."""
+    cell = next(c for c in notebook.cells if c.cell_type == "code")
+    for name, value in overrides.items():
+        pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.M)
+        if not pattern.search(cell.source):
+            raise SystemExit(f"unknown parameter {name}; the parameters cell is:\n{cell.source}")
+        cell.source = pattern.sub(f"{name} = {value}", cell.source)
+
+
+def run(path: pathlib.Path, out_dir: pathlib.Path, overrides: dict[str, str], timeout_s: int = 1200):
+    notebook = nbformat.read(path, as_version=4)
+    set_parameters(notebook, overrides)
+    started = time.perf_counter()
+    NotebookClient(notebook, timeout=timeout_s, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    elapsed_s = time.perf_counter() - started
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html_path = out_dir / path.with_suffix(".html").name
+    body, _ = HTMLExporter().from_notebook_node(notebook)
+    html_path.write_text(body, encoding="utf-8")
+    print(f"== {path.name}: executed in {elapsed_s:.1f} s, written to {html_path}")
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        first_line = cell.source.splitlines()[0] if cell.source else ""
+        lines = [line for output in cell.get("outputs", []) if output.get("output_type") == "stream"
+                 for line in output.get("text", "").splitlines() if REPORT_LINE.match(line)]
+        if lines:
+            print(f"-- {first_line}")
+            print("\n".join(f"   {line}" for line in lines))
+    return notebook
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="build", help="folder for the HTML files (default build/)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a parameter of the notebooks' first cell")
+    parser.add_argument("notebooks", nargs="*", default=DEMOS)
+    args = parser.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.param)
+    for name in args.notebooks:
+        run(HERE / name, pathlib.Path(args.out), overrides)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Shared fixtures: a real IPython shell with the extension loaded, and the gpu marker."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _gpu_available() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _gpu_available():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU (NVML finds none on this machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def shell():
+    """IPython's test shell with lms_magic loaded and a clean user namespace."""
+    from IPython.testing.globalipapp import get_ipython
+
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "lms_magic")
+    before = set(ip.user_ns)
+    yield ip
+    for name in set(ip.user_ns) - before:
+        del ip.user_ns[name]
+    ip.run_line_magic("unload_ext", "lms_magic")
+
+
+@pytest.fixture
+def no_new_threads():
+    """Fails the test if it leaves a thread running."""
+    before = set(threading.enumerate())
+    yield
+    left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not left, f"threads left running: {left}"

@@ -1,0 +1,63 @@
+"""Loading the extension must be harmless: no framework imported, no GPU touched."""
+
+import subprocess
+import sys
+import textwrap
+
+
+def run_python(code: str) -> str:
+    completed = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def test_load_ext_imports_no_framework_and_no_nvml():
+    out = run_python("""
+        import sys
+        from IPython.testing.globalipapp import get_ipython
+        ip = get_ipython()
+        ip.run_line_magic("load_ext", "lms_magic")
+        heavy = ("tensorflow", "torch", "jax", "keras", "pynvml", "plotly", "ipywidgets")
+        print(sorted(name for name in heavy if name in sys.modules))
+        print(ip.find_cell_magic("gpumem") is not None)
+    """)
+    assert out.split("\n")[:2] == ["[]", "True"]
+
+
+def test_profiling_leaves_tensorflow_configurable():
+    """A user who imported TensorFlow can still configure its devices after a profiled cell."""
+    out = run_python("""
+        import os
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        import tensorflow as tf
+        from IPython.testing.globalipapp import get_ipython
+        ip = get_ipython()
+        ip.run_line_magic("load_ext", "lms_magic")
+        ip.run_cell("%%gpumem -q\\nx = 1")
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        print(len(tf.config.list_logical_devices("CPU")))
+    """)
+    assert out.strip().endswith("2")
+
+
+def test_tensorflow_allocator_peak_is_exact_on_cpu():
+    """The TensorFlow allocator path for real: a 256 MiB tensor made and freed in the cell."""
+    out = run_python("""
+        import os
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        import tensorflow as tf
+        from IPython.testing.globalipapp import get_ipython
+        ip = get_ipython()
+        ip.run_line_magic("load_ext", "lms_magic")
+        ip.run_cell("import tensorflow as tf; warm = tf.ones((4,))")
+        result = ip.run_cell("%%gpumem -q -o\\nt = tf.ones((1024, 1024, 64))\\ndel t")
+        (peak,) = result.result.host.allocators
+        print(peak.framework, peak.device, peak.exact, peak.peak_bytes - peak.start_bytes)
+        print(result.result.lines()[0])
+    """)
+    first, second = out.strip().splitlines()[-2:]
+    assert first == f"TensorFlow CPU:0 True {256 * 2**20}"
+    assert "TensorFlow allocator peak 256.0 MiB" in second

@@ -22,6 +22,10 @@ _PUBLIC = {
     "profile_memory": "lms_magic.memory.profile",
     "MemoryProfiler": "lms_magic.memory.profile",
     "MemoryReport": "lms_magic.results",
+    "LMS": "lms_magic.lms.callback",
+    "LMSKerasCallback": "lms_magic.lms.callback",
+    "fit_generator": "lms_magic.legacy",
+    "parse_bytes": "lms_magic.lms.plan",
 }
 
 __all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension"]

@@ -1,0 +1,291 @@
+"""The ``LMS`` Keras callback: Large Model Support for Keras 3 on TensorFlow."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.framework.func_graph import FuncGraph
+
+from .plan import BudgetError, Selection, fewest_swaps_within, parse_bytes
+from .predict import TracedStep, executed_transient_peaks, train_partitions, variables_bytes
+from .tensorflow import GraphOptions, find_candidates, insert_swaps, layer_resolver, static_bytes
+
+MIB = 2**20
+DEFAULT_MIN_BYTES = 64 * 1024
+_said_no_gpu = False
+
+
+class LMS(keras.callbacks.Callback):
+    """Trains with Large Model Support: activations wait in host memory.
+
+    The forward tensors that the backward pass reads are copied to host memory
+    as soon as they are produced, their device buffers are freed, and each is
+    copied back ``lb`` backward ops before the op that reads it. The values are
+    only copied, so losses and weights are the same as without LMS.
+
+    Args:
+        n_tensors: how many tensors to swap, first produced first: -1 all
+            (default), 0 LMS off, N the first N.
+        lb: a swap-in starts at least ``lb`` backward ops before its consumer.
+            Defaults to 1.
+        budget: device memory to stay under, in bytes or as "6GiB": swap the
+            fewest tensors whose predicted peak fits. Overrides ``n_tensors``.
+            Defaults to None.
+        min_bytes: leave smaller tensors on the device. Defaults to 65536.
+        include_layers, exclude_layers: layer names to (only / never) swap.
+        include_types, exclude_types: layer class names, e.g. ("Conv2D",).
+        device: the accelerator, e.g. "/GPU:0". Defaults to the first GPU; with
+            no GPU, LMS does nothing and says so.
+        host_device: where swapped tensors wait. Defaults to "/CPU:0".
+        verbose: 1 prints a line when training starts, 0 nothing. Defaults to 1.
+
+    After training, ``stats`` holds what was done and predicted.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> from lms_magic import LMS
+        >>> model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(64, activation="relu"),
+        ...                           keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> callback = LMS(device="/CPU:0", min_bytes=0, verbose=0)  # on a GPU machine: LMS()
+        >>> history = model.fit(np.ones((32, 8)), np.ones(32), verbose=0, callbacks=[callback])
+        >>> callback.stats["active"], callback.stats["swapped_tensors"] > 0
+        (True, True)
+    """
+
+    def __init__(self, n_tensors: int = -1, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
+                 include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
+                 device: str | None = None, host_device: str = "/CPU:0", verbose: int = 1):
+        super().__init__()
+        if not isinstance(lb, int) or lb < 1:
+            raise ValueError(f"lb must be a whole number >= 1, got {lb!r}")
+        self.selection = Selection(n_tensors, int(min_bytes), tuple(include_layers), tuple(exclude_layers),
+                                   tuple(include_types), tuple(exclude_types))
+        self.n_tensors, self.lb, self.min_bytes = n_tensors, lb, int(min_bytes)
+        self.budget_bytes = None if budget is None else parse_bytes(budget)
+        self.device, self.host_device, self.verbose = device, host_device, verbose
+        self.stats = self._empty_stats("not trained yet")
+        self._options = GraphOptions()
+        self._patched = False
+        self._armed = False
+
+    # -- state -----------------------------------------------------------------------------
+    def _empty_stats(self, reason: str) -> dict:
+        return {"active": False, "reason": reason, "swapped_tensors": 0, "swapped_bytes_per_step": 0,
+                "device_peak_bytes": None, "device_peak_bytes_without_lms": None, "plan": [],
+                "candidates": 0, "persistent_bytes": None, "prediction_source": None, "notes": []}
+
+    def _resolve_device(self) -> str | None:
+        global _said_no_gpu
+        devices = {d.name.split("device:")[-1]: d.name for d in tf.config.list_logical_devices()}
+        if self.device is None:
+            gpus = [name for name in devices if name.startswith("GPU")]
+            if not gpus:
+                if not _said_no_gpu and self.verbose:
+                    print("LMS: no GPU found, so nothing is swapped (pass device=... to choose one)")
+                _said_no_gpu = True
+                return None
+            return "/" + gpus[0]
+        for spec in (self.device, self.host_device):
+            name = tf.DeviceSpec.from_string(spec).to_string().split("device:")[-1]
+            if name not in devices:
+                raise ValueError(f"LMS: no device {spec!r}; this process has {', '.join('/' + d for d in devices)}")
+        return self.device
+
+    # -- Keras hooks -------------------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        self._restore()
+        if keras.backend.backend() != "tensorflow":
+            raise RuntimeError(f"LMS runs on Keras's TensorFlow backend; this Keras uses {keras.backend.backend()!r}")
+        self.stats = self._empty_stats("")
+        if self.selection.n_tensors == 0 and self.budget_bytes is None:
+            self.stats["reason"] = "n_tensors=0: LMS is off"
+            return
+        self._device = self._resolve_device()
+        if self._device is None:
+            self.stats["reason"] = "no GPU"
+            return
+        model = self.model
+        if model.run_eagerly:
+            raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
+        self._saved_step = model.__dict__.get("train_step")
+        self._saved_jit = model._jit_compile
+        if model.jit_compile:
+            self.stats["notes"].append("XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering")
+        model._jit_compile = False
+        self._options.apply()
+        self._traces = {}
+        self._summary_due = True
+        self._layer_of = layer_resolver(model)
+        self._batch_hint = None
+        object.__setattr__(model, "train_step", self._wrap(model.train_step))
+        self._patched = True
+        context.context().enable_run_metadata()
+        model.make_train_function(force=True)
+        model.train_function = _GuardedTrainFunction(model.train_function, self)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._armed = self._patched
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._patched and self._summary_due:
+            self._summary_due = False
+            self._read_executed_graph()
+            if self.verbose:
+                print(self.summary())
+
+    def on_train_end(self, logs=None):
+        self._restore()
+
+    # -- the rewrite -------------------------------------------------------------------------
+    def _wrap(self, original):
+        replicas = self.model.distribute_strategy.num_replicas_in_sync
+
+        def lms_train_step(data):
+            graph = tf.compat.v1.get_default_graph()
+            if not isinstance(graph, FuncGraph):
+                return original(data)
+            state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})
+            state["open"] += 1
+            try:
+                logs = original(data)
+            finally:
+                state["open"] -= 1
+                state["done"] += 1
+            if state["open"] == 0 and state["done"] == replicas:
+                self._rewrite(graph, state["start"], data)
+            return logs
+
+        return lms_train_step
+
+    def _rewrite(self, graph, start: int, data) -> None:
+        ops = graph.get_operations()[start:]
+        first = tf.nest.flatten(data)[0]
+        batch = first.shape[0] if first.shape.rank else None
+        batch = batch or self._batch_hint
+        self._batch_hint = self._batch_hint or batch
+        candidates, notes = find_candidates(ops, self._layer_of, self.lb, batch)
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        input_bytes = [static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
+        step = TracedStep(ops, batch, self.host_device, input_bytes)
+        persistent = variables_bytes(self.model)
+        eligible = self.selection.eligible([item.candidate for item in candidates])
+        if self.budget_bytes is not None:
+            try:
+                chosen = fewest_swaps_within(
+                    eligible, self.budget_bytes,
+                    lambda cands: persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
+            except BudgetError as error:
+                self._restore()
+                raise BudgetError(f"LMS: {error}") from None
+        else:
+            chosen = self.selection.select([item.candidate for item in candidates])
+        chosen_items = [by_tensor[c.tensor] for c in chosen]
+        if "records" in self.stats:
+            insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
+            return
+        records = insert_swaps(graph, chosen_items, self.host_device)
+        self._step = TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
+        self.stats.update({
+            "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
+            "swapped_tensors": len(records), "swapped_bytes_per_step": sum(c.nbytes for c in chosen),
+            "device_peak_bytes": persistent + step.predicted_transient_peak(chosen_items),
+            "device_peak_bytes_without_lms": persistent + step.predicted_transient_peak([]),
+            "prediction_source": "traced graph",
+            "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
+                      "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
+                     for r in records],
+        })
+        self.stats["notes"] += notes
+
+    def _read_executed_graph(self) -> None:
+        ctx = context.context()
+        try:
+            partitions = train_partitions(ctx.export_run_metadata())
+        finally:
+            ctx.disable_run_metadata()
+        if not partitions or not self.stats.get("active"):
+            return
+        self.stats["partition_graphs"] = partitions
+        with_lms, without_lms, unknown = executed_transient_peaks(partitions, self._device, self._step)
+        persistent = self.stats["persistent_bytes"]
+        self.stats.update({"device_peak_bytes": persistent + with_lms,
+                           "device_peak_bytes_without_lms": persistent + without_lms,
+                           "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
+
+    def summary(self) -> str:
+        """One line: what LMS swapped and the predicted device peaks."""
+        stats = self.stats
+        if not stats["active"]:
+            return f"LMS: inactive ({stats['reason']})"
+        line = (f"LMS: swapping {stats['swapped_tensors']} of {stats['candidates']} tensors "
+                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
+                f"predicted {self._device} peak {stats['device_peak_bytes'] / MIB:.1f} MiB with LMS, "
+                f"{stats['device_peak_bytes_without_lms'] / MIB:.1f} MiB without ({stats['prediction_source']})")
+        return "\n".join([line] + [f"LMS: {note}" for note in stats["notes"]])
+
+    # -- restoring the model -----------------------------------------------------------------
+    def _restore(self) -> None:
+        """Puts the model back as it was: plain train step, XLA setting, Grappler options."""
+        self._armed = False
+        if not self._patched:
+            return
+        self._patched = False
+        model = self.model
+        model.__dict__.pop("train_step", None)
+        if self._saved_step is not None:
+            object.__setattr__(model, "train_step", self._saved_step)
+        model._jit_compile = self._saved_jit
+        model.train_function = None
+        self._options.restore()
+        context.context().disable_run_metadata()
+
+
+class LMSKerasCallback(LMS):
+    """TFLMS's ``LMSKerasCallback`` names, mapped onto :class:`LMS`.
+
+    Accepts ``n_tensors``, ``lb``, ``starting_scope``/``starting_op_names``
+    (ignored, with a note), ``excl_scopes``/``incl_scopes`` (layer names),
+    ``excl_types``/``incl_types``, and ``cpu_device`` (the host device).
+
+    Example:
+        >>> LMSKerasCallback(n_tensors=4, lb=3, cpu_device="/cpu:0").lb
+        3
+    """
+
+    def __init__(self, n_tensors=-1, lb=1, starting_scope=None, starting_op_names=None, excl_scopes=(),
+                 incl_scopes=(), excl_types=(), incl_types=(), cpu_device="/CPU:0", ub=None, **options):
+        super().__init__(n_tensors=n_tensors, lb=lb, include_layers=tuple(incl_scopes),
+                         exclude_layers=tuple(excl_scopes), include_types=tuple(incl_types),
+                         exclude_types=tuple(excl_types), host_device=cpu_device, **options)
+
+
+class _GuardedTrainFunction:
+    """The LMS train function, which runs only when its callback armed it.
+
+    Keras calls ``on_train_batch_begin`` before every call, so a call that was
+    not armed comes from a ``fit`` without the callback (after an interrupted
+    one, say): the model is restored and trains plainly. Any exception inside
+    a step also restores the model before it propagates.
+    """
+
+    def __init__(self, function, callback: LMS):
+        self._function = function
+        self._callback = callback
+
+    def __call__(self, *args, **kwargs):
+        callback = self._callback
+        if not callback._armed:
+            callback._restore()
+            callback.model.make_train_function()
+            return callback.model.train_function(*args, **kwargs)
+        callback._armed = False
+        try:
+            return self._function(*args, **kwargs)
+        except BaseException:
+            callback._restore()
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._function, name)

@@ -1,0 +1,206 @@
+"""TensorFlow's executed partition graphs as replay nodes (no TensorFlow import).
+
+After Grappler and placement, TensorFlow splits a function into one graph per
+device; an edge between devices becomes a ``_Send`` / ``_Recv`` pair that
+share a ``tensor_name``. Here each ``_Recv`` becomes a copy of its ``_Send``'s
+input, so the partitions read as one dataflow graph: a ``_Recv`` on the
+accelerator allocates device memory (a swap-in lands there), one on the host
+does not. The reader takes GraphDef protos, or anything with the same fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from .simulate import FORWARDING_OPS, Node
+
+# Ops whose output 0 is their input 0's buffer (TensorFlow forwards it).
+ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+                          "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
+# Ops whose outputs hold no new memory of the step (variables, constants).
+FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
+                      "Shape", "ShapeN", "Size", "Rank", "_Retval", "_DeviceRetval"})
+
+
+@dataclass
+class _Source:
+    name: str
+    index: int
+
+
+def _parse_input(text: str) -> tuple[str, int, bool]:
+    if text.startswith("^"):
+        return text[1:], 0, True
+    name, _, index = text.partition(":")
+    return name, int(index) if index.isdigit() else 0, False
+
+
+def _tensor_name(node) -> str:
+    attr = node.attr["tensor_name"] if "tensor_name" in node.attr else None
+    value = getattr(attr, "s", b"") if attr is not None else b""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nodes_from_partitions(partition_graphs: Iterable, device: str,
+                          size_of: Callable[[str, str, int], int | None],
+                          priority_of: Callable[[str], float | None],
+                          undo_swaps: bool = False) -> tuple[list[Node], list[str]]:
+    """Builds replay nodes from partition graphs.
+
+    Args:
+        partition_graphs: GraphDef protos (``node`` with ``name``, ``op``,
+            ``input``, ``device``, ``attr``).
+        device: the accelerator's device name, or a suffix of it ("CPU:0").
+        size_of: bytes of output ``index`` of node ``name`` (op type given), or None if unknown.
+        priority_of: the program order of a node, or None (then it runs as
+            soon as it is ready).
+        undo_swaps: predict the graph without LMS: consumers of a swapped-in
+            tensor read the original device tensor, and the copies disappear.
+
+    Returns:
+        The nodes, and the names of device nodes whose size was unknown.
+    """
+    graph_nodes = [node for graph in partition_graphs for node in graph.node]
+    sends = {_tensor_name(node): node for node in graph_nodes if node.op == "_Send"}
+    by_name = {node.name: node for node in graph_nodes}
+
+    def on_device(node) -> bool:
+        return node.device.endswith(device)
+
+    def resolve(name: str, index: int) -> tuple[str, int]:
+        """Follows a _Recv back to what its _Send sends."""
+        node = by_name.get(name)
+        while node is not None and node.op == "_Recv":
+            send = sends.get(_tensor_name(node))
+            if send is None or not send.input:
+                break
+            name, index, _ = _parse_input(send.input[0])
+            node = by_name.get(name)
+        return name, index
+
+    def swapped_origin(name: str, index: int) -> tuple[str, int] | None:
+        """For a device _Recv of a swap-in: the device tensor that was swapped out."""
+        node = by_name.get(name)
+        if node is None or node.op != "_Recv" or not on_device(node):
+            return None
+        hops = 0
+        while hops < 16:
+            name, index = resolve(name, index)
+            node = by_name.get(name)
+            if node is None:
+                return None
+            if on_device(node):
+                return (name, index) if hops else None
+            if node.op != "Identity" or "lms_swap" not in node.name:
+                return None
+            name, index, _ = _parse_input(node.input[0])
+            hops += 1
+        return None
+
+    removed: set[str] = set()
+    rewired: dict[tuple[str, int], tuple[str, int]] = {}
+    if undo_swaps:
+        for node in graph_nodes:
+            if node.op == "_Recv" and on_device(node):
+                origin = swapped_origin(node.name, 0)
+                if origin is not None:
+                    rewired[(node.name, 0)] = origin
+                    removed.add(node.name)
+        for node in graph_nodes:  # host copies that only fed swap-ins
+            if not on_device(node) and ("lms_swap" in node.name or node.op in ("_Recv", "_Send")):
+                removed.add(node.name)
+        for node in graph_nodes:
+            if node.op == "_Send" and on_device(node) and node.input:
+                target = _tensor_name(node)
+                receivers = [n for n in graph_nodes if n.op == "_Recv" and _tensor_name(n) == target]
+                if receivers and all(r.name in removed for r in receivers):
+                    removed.add(node.name)
+
+    referenced: dict[str, int] = {}
+    inputs_of: dict[str, tuple[list, list]] = {}
+    for node in graph_nodes:
+        if node.name in removed:
+            continue
+        data, control = [], []
+        if node.op == "_Recv":
+            send = sends.get(_tensor_name(node))
+            if send is not None and send.name not in removed and send.input:
+                name, index, is_control = _parse_input(send.input[0])
+                (control if is_control else data).append((name, index))
+                control.append(send.name)
+        for text in node.input:
+            name, index, is_control = _parse_input(text)
+            if is_control:
+                control.append(name)
+            else:
+                data.append(rewired.get((name, index), (name, index)))
+        inputs_of[node.name] = (data, control)
+        for name, index in data:
+            referenced[name] = max(referenced.get(name, 0), index + 1)
+
+    unknown: list[str] = []
+    nodes: list[Node] = []
+    for node in graph_nodes:
+        if node.name in removed:
+            continue
+        data, control = inputs_of[node.name]
+        outputs = []
+        for index in range(referenced.get(node.name, 0)):  # outputs nobody reads are left out
+            if node.op in FREE_OPS:
+                outputs.append(0)
+                continue
+            size = size_of(node.name, node.op, index)
+            if size is None and node.op == "_Recv":
+                source = resolve(node.name, index)
+                source_node = by_name.get(source[0])
+                source_op = source_node.op if source_node is not None else ""
+                size = 0 if source_op in FREE_OPS else size_of(source[0], source_op, source[1])
+            outputs.append(size)  # None: filled in below from the inputs
+        alias = (-1 if node.op == "IdentityN" else 0) if node.op in ALIASING_OPS and data else None
+        priority = priority_of(node.name)
+        nodes.append(Node(node.name, tuple(outputs), tuple(data), tuple(control), on_device(node), alias,
+                          -1.0 if priority is None else priority, node.op in FORWARDING_OPS))
+    nodes = _fill_unknown_sizes(nodes, unknown)
+    _propagate_priorities(nodes)
+    return nodes, unknown
+
+
+def _fill_unknown_sizes(nodes: list[Node], unknown: list[str]) -> list[Node]:
+    """An output of unknown size is taken as large as the node's largest input
+    (exact for element-wise ops, such as an optimizer's updates in nested functions)."""
+    from .simulate import execution_order
+
+    position = {node.name: index for index, node in enumerate(nodes)}
+    for node in execution_order(nodes):
+        node = nodes[position[node.name]]
+        if all(size is not None for size in node.outputs):
+            continue
+        if node.on_device:
+            unknown.append(node.name)
+        known = [nodes[position[name]].outputs[index] for name, index in node.inputs
+                 if name in position and index < len(nodes[position[name]].outputs)]
+        guess = max([size for size in known if size is not None], default=0)
+        outputs = tuple(guess if size is None else size for size in node.outputs)
+        nodes[position[node.name]] = Node(node.name, outputs, node.inputs, node.control_inputs, node.on_device,
+                                          node.alias_input, node.priority, node.forwards_input)
+    return nodes
+
+
+def _propagate_priorities(nodes: list[Node]) -> None:
+    """Nodes without a program position take their latest input's (and run right after it)."""
+    from .simulate import execution_order
+
+    by_name = {node.name: node for node in nodes}
+    position_of = {node.name: position for position, node in enumerate(nodes)}
+    for node in execution_order(nodes):  # inputs get their priority first
+        node = by_name[node.name]
+        position = position_of[node.name]
+        if node.priority >= 0:
+            continue
+        sources = [by_name[name].priority for name, _ in node.inputs if name in by_name] + \
+                  [by_name[name].priority for name in node.control_inputs if name in by_name]
+        nodes[position] = Node(node.name, node.outputs, node.inputs, node.control_inputs, node.on_device,
+                               node.alias_input, max([p for p in sources if p >= 0], default=0.0),
+                               node.forwards_input)
+        by_name[node.name] = nodes[position]

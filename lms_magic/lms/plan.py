@@ -1,0 +1,142 @@
+"""Which tensors to swap, and when to bring them back (pure Python).
+
+The candidates are forward tensors that the backward pass reads, in the order
+the forward pass produces them: the first ones are held the longest, so they
+are swapped first (as TFLMS did). The selection is by count (``n_tensors``),
+size (``min_bytes``), layer name or type, or by a memory budget, found by a
+binary search over the count with a peak predictor (the liveness replay).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value: int | float | str) -> int:
+    """Reads a memory size: a number of bytes, or a string such as ``"6GiB"`` or ``"500 MB"``.
+
+    Raises:
+        ValueError: the value is not a positive size (the message shows the accepted forms).
+
+    Example:
+        >>> parse_bytes("6GiB"), parse_bytes("1.5 MB"), parse_bytes(1024)
+        (6442450944, 1500000, 1024)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a memory size: {value!r}")
+    if isinstance(value, (int, float)):
+        n_bytes = int(value)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise ValueError(f"not a memory size: {value!r}; use bytes or a string such as '6GiB', '512MiB', '8GB'")
+        n_bytes = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if n_bytes <= 0:
+        raise ValueError(f"a memory size must be positive, got {value!r}")
+    return n_bytes
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A forward tensor that the backward pass reads.
+
+    Args:
+        tensor: the tensor's name in the traced graph ("op:index").
+        layer: the Keras layer that produced it (or the op's scope).
+        layer_type: the layer's class name, or "" if unknown.
+        shape: the tensor's shape.
+        nbytes: its size in bytes.
+        forward_index: its producer's position in the forward pass.
+    """
+
+    tensor: str
+    layer: str
+    layer_type: str
+    shape: tuple[int, ...]
+    nbytes: int
+    forward_index: int
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The static filters of the LMS options."""
+
+    n_tensors: int = -1
+    min_bytes: int = 0
+    include_layers: tuple[str, ...] = ()
+    exclude_layers: tuple[str, ...] = ()
+    include_types: tuple[str, ...] = ()
+    exclude_types: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.n_tensors, int) or self.n_tensors < -1:
+            raise ValueError(f"n_tensors must be -1 (all), 0 (LMS off) or a positive count, got {self.n_tensors!r}")
+        if self.min_bytes < 0:
+            raise ValueError(f"min_bytes must be >= 0, got {self.min_bytes!r}")
+
+    def eligible(self, candidates: Iterable[Candidate]) -> list[Candidate]:
+        """The candidates that pass the size and layer filters, in forward order."""
+        chosen = []
+        for candidate in sorted(candidates, key=lambda c: c.forward_index):
+            if candidate.nbytes < self.min_bytes:
+                continue
+            if self.include_layers and candidate.layer not in self.include_layers:
+                continue
+            if self.include_types and candidate.layer_type not in self.include_types:
+                continue
+            if candidate.layer in self.exclude_layers or candidate.layer_type in self.exclude_types:
+                continue
+            chosen.append(candidate)
+        return chosen
+
+    def select(self, candidates: Iterable[Candidate]) -> list[Candidate]:
+        """Applies the filters, then ``n_tensors`` (the first N in forward order)."""
+        eligible = self.eligible(candidates)
+        if self.n_tensors == -1:
+            return eligible
+        return eligible[: self.n_tensors]
+
+
+class BudgetError(ValueError):
+    """Even swapping every eligible tensor does not fit the budget."""
+
+
+def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
+                        predicted_peak: Callable[[list[Candidate]], int]) -> list[Candidate]:
+    """The shortest prefix of ``eligible`` whose predicted peak fits ``budget_bytes``.
+
+    The peak does not grow as more tensors are swapped, so a binary search
+    over the prefix length needs about log2(N) predictions.
+
+    Raises:
+        BudgetError: swapping all of ``eligible`` still exceeds the budget; the
+            message gives the predicted peak.
+
+    Example:
+        >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(5)]
+        >>> peak = lambda swapped: 1000 - 100 * len(swapped)
+        >>> len(fewest_swaps_within(cands, 750, peak))
+        3
+    """
+    if predicted_peak([]) <= budget_bytes:
+        return []
+    lowest = predicted_peak(eligible)
+    if lowest > budget_bytes:
+        raise BudgetError(
+            f"the predicted device peak is {lowest / 2**20:.1f} MiB even with all {len(eligible)} eligible tensors "
+            f"swapped, above the budget of {budget_bytes / 2**20:.1f} MiB; try a smaller batch, a lower min_bytes, "
+            "or a larger budget"
+        )
+    low, high = 1, len(eligible)  # invariant: prefix of `high` fits
+    while low < high:
+        middle = (low + high) // 2
+        if predicted_peak(eligible[:middle]) <= budget_bytes:
+            high = middle
+        else:
+            low = middle + 1
+    return eligible[:high]

@@ -1,0 +1,239 @@
+"""Liveness replay: the device memory a graph needs, op by op (pure Python).
+
+A graph is a list of :class:`Node`. The replay walks the nodes in an order
+consistent with their data and control edges, allocates each node's outputs
+when it runs, and frees a buffer once the last node that reads it has run
+(reference counting, as TensorFlow's executor does). Nodes that only pass a
+buffer through (``Identity``, ``Reshape``...) share their input's buffer.
+Only nodes in the accelerator role count toward the peak.
+
+Example:
+    >>> nodes = [
+    ...     Node("x", outputs=(100,)),
+    ...     Node("y", outputs=(50,), inputs=(("x", 0),)),
+    ...     Node("z", outputs=(10,), inputs=(("y", 0),)),
+    ... ]
+    >>> replay(nodes).peak_bytes  # x and y live together, then y and z
+    150
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of a graph, as the replay needs it.
+
+    Args:
+        name: unique name.
+        outputs: bytes of each output (0 for outputs that hold no new memory).
+        inputs: (node name, output index) of each data input.
+        control_inputs: names of nodes that must run first.
+        on_device: whether its outputs live in the accelerator's memory.
+        alias_input: the position of the input whose buffer output 0 shares,
+            -1 when every output i shares input i's buffer (``IdentityN``), or
+            None. Defaults to None.
+        priority: tie-break among ready nodes (lower runs first), such as the
+            program order. Defaults to 0.
+    """
+
+    name: str
+    outputs: tuple[int, ...] = ()
+    inputs: tuple[tuple[str, int], ...] = ()
+    control_inputs: tuple[str, ...] = ()
+    on_device: bool = True
+    alias_input: int | None = None
+    priority: float = 0.0
+    forwards_input: bool = False
+
+
+# Element-wise kernels that write into an input's buffer when nothing else reads it
+# (TensorFlow's forward_input_or_allocate_output).
+FORWARDING_OPS = frozenset({
+    "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "Neg", "Maximum", "Minimum", "SquaredDifference",
+    "Relu", "Relu6", "ReluGrad", "Relu6Grad", "Elu", "EluGrad", "Selu", "SeluGrad", "LeakyRelu", "LeakyReluGrad",
+    "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Softplus", "SoftplusGrad", "Square", "Sqrt", "Rsqrt", "Exp",
+    "Log", "Abs", "Sign", "Reciprocal", "BiasAdd", "AddN", "OnesLike", "ZerosLike", "Select", "SelectV2",
+    "ClipByValue", "Pow",
+})
+
+
+@dataclass
+class Replay:
+    """What a replay found: the peak, where it happened, and the order used."""
+
+    peak_bytes: int
+    peak_after: str | None
+    order: list[str] = field(default_factory=list)
+
+
+class GraphCycleError(ValueError):
+    """The graph's edges form a cycle, so no execution order exists."""
+
+
+def execution_order(nodes: list[Node]) -> list[Node]:
+    """A topological order of ``nodes``, as TensorFlow's executor tends to run them.
+
+    Among ready nodes the lowest priority (program order) runs first; among
+    equal priorities, the node that became ready last (the executor runs a
+    finished op's successor inline, depth first). Edges to names that are not
+    in ``nodes`` are ignored (inputs from outside).
+
+    Raises:
+        GraphCycleError: the edges form a cycle (the message names a node in it).
+    """
+    by_name = {node.name: node for node in nodes}
+    waiting: dict[str, int] = {}
+    users: dict[str, list[str]] = {name: [] for name in by_name}
+    for node in nodes:
+        preds = {src for src, _ in node.inputs if src in by_name} | {src for src in node.control_inputs if src in by_name}
+        waiting[node.name] = len(preds)
+        for pred in preds:
+            users[pred].append(node.name)
+    ready = [(node.priority, position, node.name) for position, node in enumerate(nodes) if waiting[node.name] == 0]
+    heapq.heapify(ready)
+    readied = 0
+    order: list[Node] = []
+    while ready:
+        _, _, name = heapq.heappop(ready)
+        order.append(by_name[name])
+        for user in users[name]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                readied += 1
+                heapq.heappush(ready, (by_name[user].priority, -readied, user))
+    if len(order) != len(nodes):
+        stuck = next(name for name, count in waiting.items() if count > 0)
+        raise GraphCycleError(f"the graph has a cycle through {stuck!r}")
+    return order
+
+
+def replay(nodes: list[Node], persistent_bytes: int = 0) -> Replay:
+    """Replays ``nodes`` and returns the peak device memory.
+
+    Args:
+        nodes: the graph.
+        persistent_bytes: memory held throughout (weights, optimizer state),
+            added to every point of the replay. Defaults to 0.
+    """
+    order = execution_order(nodes)
+    names = {node.name for node in nodes}
+    buffer_of: dict[tuple[str, int], int] = {}
+    buffer_bytes: list[int] = []
+    buffer_readers: list[int] = []
+    readers_of: dict[tuple[str, int], int] = {}
+    for node in nodes:
+        for source in node.inputs:
+            if source[0] in names:
+                readers_of[source] = readers_of.get(source, 0) + 1
+
+    live = peak = persistent_bytes
+    peak_after = None
+    for node in order:
+        new_buffers = []
+        for index, n_bytes in enumerate(node.outputs):
+            key = (node.name, index)
+            forwarded = _forwardable(node, index, n_bytes, buffer_of, buffer_bytes, buffer_readers)
+            aliased = _aliased_input(node, index)
+            if aliased is not None and aliased in buffer_of:
+                buffer = buffer_of[aliased]
+            elif forwarded is not None:
+                buffer = forwarded
+            else:
+                buffer = len(buffer_bytes)
+                buffer_bytes.append(n_bytes if node.on_device else 0)
+                buffer_readers.append(0)
+                live += buffer_bytes[buffer]
+                new_buffers.append(buffer)
+            buffer_of[key] = buffer
+            buffer_readers[buffer] += readers_of.get(key, 0)
+        if live > peak:
+            peak, peak_after = live, node.name
+        for source in node.inputs:
+            buffer = buffer_of.get(source)
+            if buffer is None:
+                continue
+            buffer_readers[buffer] -= 1
+            if buffer_readers[buffer] == 0:
+                live -= buffer_bytes[buffer]
+        for buffer in new_buffers:  # outputs nobody reads are freed at once
+            if buffer_readers[buffer] == 0:
+                live -= buffer_bytes[buffer]
+                buffer_readers[buffer] = -1
+    return Replay(peak_bytes=peak, peak_after=peak_after, order=[node.name for node in order])
+
+
+def _aliased_input(node: Node, index: int) -> tuple[str, int] | None:
+    if node.alias_input == -1:
+        return node.inputs[index] if index < len(node.inputs) else None
+    if index == 0 and node.alias_input is not None and node.alias_input < len(node.inputs):
+        return node.inputs[node.alias_input]
+    return None
+
+
+def _forwardable(node: Node, index: int, n_bytes: int, buffer_of, buffer_bytes, buffer_readers) -> int | None:
+    """An input buffer that output ``index`` can take over: same size, read by this node alone."""
+    if index != 0 or not node.forwards_input or not node.on_device:
+        return None
+    for source in node.inputs:
+        buffer = buffer_of.get(source)
+        if buffer is not None and buffer_readers[buffer] == 1 and buffer_bytes[buffer] == n_bytes > 0 \
+                and node.inputs.count(source) == 1:
+            return buffer
+    return None
+
+
+@dataclass(frozen=True)
+class Swap:
+    """A planned swap, for predicting its effect before the graph is rewritten.
+
+    Args:
+        tensor: (producer name, output index).
+        consumers: names of the nodes that will read the swapped-in copy.
+        trigger: the node the swap-in waits for.
+        nbytes: the tensor's size.
+    """
+
+    tensor: tuple[str, int]
+    consumers: tuple[str, ...]
+    trigger: str
+    nbytes: int
+
+
+def with_swaps(nodes: list[Node], swaps: list[Swap]) -> list[Node]:
+    """``nodes`` with each swap added: a host copy after the producer, and a
+    device copy (the swap-in) after the trigger that the consumers read instead.
+
+    Example:
+        >>> graph = [Node("a", (100,), priority=0), Node("b", (1,), (("a", 0),), priority=1),
+        ...          Node("c", (100,), (("b", 0),), priority=2), Node("d", (1,), (("c", 0), ("a", 0)), priority=3)]
+        >>> replay(graph).peak_bytes, replay(with_swaps(graph, [Swap(("a", 0), ("d",), "c", 100)])).peak_bytes
+        (201, 200)
+    """
+    by_name = {node.name: node for node in nodes}
+    rewired = {}
+    extra: list[Node] = []
+    for swap in swaps:
+        producer, index = swap.tensor
+        label = f"{producer}:{index}"
+        out_name, in_name, copy_name = f"{label}/swap_out", f"{label}/swap_in", f"{label}/device_copy"
+        trigger_priority = by_name[swap.trigger].priority if swap.trigger in by_name else 0.0
+        extra += [
+            Node(out_name, (swap.nbytes,), (swap.tensor,), on_device=False,
+                 priority=by_name[producer].priority if producer in by_name else 0.0),
+            Node(in_name, (swap.nbytes,), ((out_name, 0),), (swap.trigger,), on_device=False, priority=trigger_priority),
+            Node(copy_name, (swap.nbytes,), ((in_name, 0),), on_device=True, priority=trigger_priority),
+        ]
+        for consumer in swap.consumers:
+            rewired.setdefault(consumer, {})[swap.tensor] = (copy_name, 0)
+    result = []
+    for node in nodes:
+        if node.name in rewired:
+            mapping = rewired[node.name]
+            node = Node(node.name, node.outputs, tuple(mapping.get(s, s) for s in node.inputs), node.control_inputs,
+                        node.on_device, node.alias_input, node.priority, node.forwards_input)
+        result.append(node)
+    return result + extra

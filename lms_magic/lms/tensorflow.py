@@ -1,0 +1,237 @@
+"""Swap-out / swap-in ops inserted into a traced TensorFlow train step.
+
+Inside the ``tf.function`` trace of a Keras train step, the forward ops come
+first and the backward ops (name scope ``gradient_tape/``) after them, in a
+topological creation order. A forward tensor that backward ops read is
+rewired as TFLMS did for TensorFlow 1:
+
+    tensor --> swap_out (Identity on the host) --> swap_in (Identity on the host,
+    control input: a backward op ``lb`` hops upstream of the first consumer) --> consumers
+
+Both copies sit on the host, so the device-side receive of the swap-in cannot
+start before the gate op has run; the device buffer of the tensor is freed once
+its forward consumers and the swap-out have read it. The gate is an *ancestor*
+of the consumer: a sibling could be fused with the consumer by Grappler's
+remapper or oneDNN and close a cycle. The values are copied, never changed,
+so the math is the same with and without LMS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+from .plan import Candidate
+
+BACKWARD_SCOPES = ("gradient_tape/", "gradients/")
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+_SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
+_LOOP_OPS = frozenset({"While", "StatelessWhile"})
+_REPLICA_PREFIX = re.compile(r"^(replica_\d+/)?")
+
+
+@dataclass
+class TensorCandidate:
+    """A candidate with the graph objects needed to swap it."""
+
+    candidate: Candidate
+    tensor: tf.Tensor
+    consumers: list  # backward ops that read the tensor's values
+    shape_consumers: list  # backward ops that only read its shape
+    trigger: tf.Operation
+    hops: int  # how far upstream of the first consumer the trigger is
+
+
+@dataclass
+class SwapRecord:
+    """One swap as inserted: what the report's plan rows and the tests need."""
+
+    candidate: Candidate
+    swap_out: str
+    swap_in: str
+    trigger: str
+    hops: int
+    consumers: list[str] = field(default_factory=list)
+
+
+def _is_backward(op) -> bool:
+    name = _REPLICA_PREFIX.sub("", op.name)
+    return name.startswith(BACKWARD_SCOPES)
+
+
+def static_bytes(tensor, batch_size: int | None) -> int | None:
+    shape = tensor.shape
+    if shape.rank is None:
+        return None
+    dims = [batch_size if dim is None else dim for dim in shape.as_list()]
+    if any(dim is None for dim in dims):
+        return None
+    count = 1
+    for dim in dims:
+        count *= dim
+    return count * tensor.dtype.size
+
+
+def split_by_replica(ops) -> dict[str, tuple[list, list]]:
+    """Groups ops by replica prefix, each as (forward ops, backward ops) in creation order."""
+    groups: dict[str, list] = {}
+    for op in ops:
+        groups.setdefault(_REPLICA_PREFIX.match(op.name).group(0), []).append(op)
+    split = {}
+    for prefix, group in groups.items():
+        first_backward = next((i for i, op in enumerate(group) if _is_backward(op)), None)
+        if first_backward is None:
+            continue
+        split[prefix] = (group[:first_backward], [op for op in group[first_backward:] if _is_backward(op)])
+    return split
+
+
+def gradient_flow(backward: list) -> set:
+    """Backward ops that the gradient reaches: the first backward op and all that read from it.
+
+    Ops such as ``ShapeN`` of a forward tensor sit in the backward scope but
+    can run at once; they must not gate a swap-in.
+    """
+    flow = set(backward[:1])
+    for op in backward[1:]:
+        if op.type not in SHAPE_OPS and any(source.op in flow for source in op.inputs):
+            flow.add(op)
+    return flow
+
+
+def _trigger(first_consumer, flow: set, position: dict, lb: int):
+    """The latest-created gradient op ``lb`` data hops upstream of the consumer (fewer if the path is shorter)."""
+    frontier, found, hops = {first_consumer}, None, 0
+    for step in range(1, lb + 1):
+        frontier = {source.op for op in frontier for source in op.inputs if source.op in flow}
+        if not frontier:
+            break
+        found, hops = max(frontier, key=position.__getitem__), step
+    return found, hops
+
+
+def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[list[TensorCandidate], list[str]]:
+    """The swappable forward tensors of a traced train step, in forward order.
+
+    Args:
+        ops: the ops created by the train step, in creation order.
+        layer_of: maps an op name to (layer name, layer type).
+        lb: how many backward hops ahead of its consumer a swap-in starts.
+        batch_size: fills unknown leading dimensions for the sizes.
+
+    Returns:
+        The candidates and notes for the user (recurrent layers left alone,
+        tensors without a gate op).
+    """
+    candidates: list[TensorCandidate] = []
+    notes: list[str] = []
+    loops: set[str] = set()
+    for forward, backward in split_by_replica(ops).values():
+        backward_set = set(backward)
+        flow = gradient_flow(backward)
+        position = {op: index for index, op in enumerate(backward)}
+        for index, op in enumerate(forward):
+            if op.type in _LOOP_OPS:
+                loops.add(layer_of(op.name)[0])
+                continue
+            if op.type in _SKIP_PRODUCERS:
+                continue
+            for tensor in op.outputs:
+                if tensor.dtype in (tf.resource, tf.variant):
+                    continue
+                readers = [c for c in tensor.consumers() if c in backward_set]
+                consumers = [c for c in readers if c.type not in SHAPE_OPS]
+                if not consumers:
+                    continue
+                first = min(consumers, key=position.__getitem__)
+                trigger, hops = _trigger(first, flow, position, lb)
+                nbytes = static_bytes(tensor, batch_size)
+                if trigger is None or nbytes is None:
+                    continue  # no backward op to wait for: swapping would bring it straight back
+                layer, layer_type = layer_of(op.name)
+                shape = tuple(batch_size if d is None else d for d in tensor.shape.as_list())
+                candidate = Candidate(tensor.name, layer, layer_type, shape, nbytes, index)
+                candidates.append(TensorCandidate(candidate, tensor, consumers,
+                                                  [c for c in readers if c.type in SHAPE_OPS], trigger, hops))
+    if loops:
+        notes.append("LMS leaves recurrent layer(s) " + ", ".join(sorted(f"'{n}'" for n in loops)) +
+                     " on the device: their activations live inside a while loop")
+    return candidates, notes
+
+
+def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list[SwapRecord]:
+    """Adds the swap ops for ``chosen`` to ``graph`` (the train step's FuncGraph)."""
+    records = []
+    for item in chosen:
+        tensor = item.tensor
+        base = re.sub(r"[^A-Za-z0-9_./-]", "_", tensor.name.replace(":", "_"))
+        with graph.as_default(), graph.name_scope(None), tf.device(host_device):
+            swap_out = tf.identity(tensor, name=f"lms_swap_out/{base}")
+            swap_in = tf.identity(swap_out, name=f"lms_swap_in/{base}")
+        swap_in.op._add_control_input(item.trigger)
+        for consumer in item.consumers:
+            _reroute(consumer, tensor, swap_in)
+        for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy
+            _reroute(consumer, tensor, swap_out)
+            consumer._set_device(host_device)
+        records.append(SwapRecord(item.candidate, swap_out.op.name, swap_in.op.name, item.trigger.name,
+                                  item.hops, [c.name for c in item.consumers]))
+    return records
+
+
+def _reroute(op, old, new) -> None:
+    for index, source in enumerate(op.inputs):
+        if source is old:
+            op._update_input(index, new)
+
+
+def layer_resolver(model):
+    """Maps op names to (layer name, layer type) using the model's layers.
+
+    TensorFlow makes scope names unique by appending ``_1``, ``_2``...; those
+    suffixes are peeled until a layer name matches. The deepest match wins.
+    """
+    layers = {}
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        layers.setdefault(layer.name, type(layer).__name__)
+
+    def layer_of(op_name: str) -> tuple[str, str]:
+        parts = _REPLICA_PREFIX.sub("", op_name).split("/")[:-1]
+        for part in reversed(parts):
+            name = part
+            while True:
+                if name in layers:
+                    return name, layers[name]
+                stripped = re.sub(r"_\d+$", "", name)
+                if stripped == name:
+                    break
+                name = stripped
+        return (parts[-1] if parts else op_name), ""
+
+    return layer_of
+
+
+class GraphOptions:
+    """Grappler settings for the LMS train function, restored afterwards.
+
+    The dependency optimizer deletes identity ops that it considers redundant,
+    swap ops included; it is off while LMS trains.
+    """
+
+    SETTINGS = {"dependency_optimization": False}
+
+    def __init__(self):
+        self._saved = None
+
+    def apply(self) -> None:
+        if self._saved is None:
+            self._saved = tf.config.optimizer.get_experimental_options()
+            tf.config.optimizer.set_experimental_options(self.SETTINGS)
+
+    def restore(self) -> None:
+        if self._saved is not None:
+            restored = {key: self._saved.get(key, True) for key in self.SETTINGS}
+            tf.config.optimizer.set_experimental_options(restored)
+            self._saved = None

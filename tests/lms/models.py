@@ -1,0 +1,84 @@
+"""Small models of every kind the LMS tests train (built fresh, seeded)."""
+
+import keras
+import numpy as np
+
+
+def reference_cnn(batch_input=(64, 64, 3)):
+    """12 Conv2D 3x3 layers of 32 filters with ReLU, global pooling, Dense (issue 3's reference)."""
+    keras.utils.set_random_seed(1)
+    layers = [keras.Input(batch_input)]
+    layers += [keras.layers.Conv2D(32, 3, padding="same", activation="relu") for _ in range(12)]
+    model = keras.Sequential(layers + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    return compiled(model)
+
+
+def mlp():
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(1024, activation="relu") for _ in range(6)]
+                             + [keras.layers.Dense(10)])
+    return compiled(model)
+
+
+def residual_bn_dropout():
+    """Functional, with residual branches, BatchNormalization and Dropout."""
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, padding="same")(inputs)
+    for _ in range(3):
+        branch = keras.layers.Conv2D(16, 3, padding="same")(x)
+        branch = keras.layers.BatchNormalization()(branch)
+        branch = keras.layers.Activation("relu")(branch)
+        branch = keras.layers.Dropout(0.2)(branch)
+        x = keras.layers.Add()([x, branch])
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return compiled(keras.Model(inputs, keras.layers.Dense(10)(x)))
+
+
+class CustomStep(keras.Model):
+    """Subclassed, with its own train_step."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = [keras.layers.Conv2D(16, 3, padding="same", activation="relu") for _ in range(3)]
+        self.pool = keras.layers.GlobalAveragePooling2D()
+        self.head = keras.layers.Dense(10)
+
+    def call(self, x, training=False):
+        for conv in self.convs:
+            x = conv(x)
+        return self.head(self.pool(x))
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+def custom_step():
+    keras.utils.set_random_seed(4)
+    model = CustomStep()
+    model(np.zeros((1, 32, 32, 3), "float32"))
+    return compiled(model, metrics=None)  # its train_step reports the loss only
+
+
+def compiled(model, metrics=("accuracy",)):
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=list(metrics) if metrics else None)
+    return model
+
+
+def images(n=64, size=32, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, size, size, 3), dtype="float32"), rng.integers(0, 10, n)
+
+
+def vectors(n=512, width=512, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, width), dtype="float32"), rng.integers(0, 10, n)

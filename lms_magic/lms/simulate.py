@@ -209,9 +209,10 @@ def with_swaps(nodes: list[Node], swaps: list[Swap]) -> list[Node]:
 
     Example:
         >>> graph = [Node("a", (100,), priority=0), Node("b", (1,), (("a", 0),), priority=1),
-        ...          Node("c", (100,), (("b", 0),), priority=2), Node("d", (1,), (("c", 0), ("a", 0)), priority=3)]
-        >>> replay(graph).peak_bytes, replay(with_swaps(graph, [Swap(("a", 0), ("d",), "c", 100)])).peak_bytes
-        (201, 200)
+        ...          Node("c", (50,), (("b", 0),), priority=2), Node("e", (50,), (("c", 0),), priority=3),
+        ...          Node("d", (0,), (("e", 0), ("a", 0)), priority=4)]
+        >>> replay(graph).peak_bytes, replay(with_swaps(graph, [Swap(("a", 0), ("d",), "e", 100)])).peak_bytes
+        (200, 150)
     """
     by_name = {node.name: node for node in nodes}
     rewired = {}

@@ -119,6 +119,7 @@ class LMS(keras.callbacks.Callback):
         self._summary_due = True
         self._layer_of = layer_resolver(model)
         self._batch_hint = None
+        self._budget_checked = False
         object.__setattr__(model, "train_step", self._wrap(model.train_step))
         self._patched = True
         context.context().enable_run_metadata()
@@ -146,6 +147,8 @@ class LMS(keras.callbacks.Callback):
             graph = tf.compat.v1.get_default_graph()
             if not isinstance(graph, FuncGraph):
                 return original(data)
+            if self.budget_bytes is not None and not self._budget_checked:
+                self._check_budget(original, data)
             state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})
             state["open"] += 1
             try:
@@ -159,8 +162,21 @@ class LMS(keras.callbacks.Callback):
 
         return lms_train_step
 
-    def _rewrite(self, graph, start: int, data) -> None:
-        ops = graph.get_operations()[start:]
+    def _check_budget(self, original, data) -> None:
+        """Plans on a throwaway trace, so an impossible budget is refused before the real
+        trace runs the train step (Keras's state does not survive a trace aborted after it)."""
+        self._budget_checked = True
+        specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype) if isinstance(t, tf.Tensor) else t,
+                                      data)
+        probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
+        try:
+            self._plan(probe.get_operations(), data)
+        except BudgetError as error:
+            self._restore()
+            raise BudgetError(f"LMS: {error}") from None
+
+    def _plan(self, ops, data):
+        """Finds the candidates of a traced step and chooses the ones to swap."""
         first = tf.nest.flatten(data)[0]
         batch = first.shape[0] if first.shape.rank else None
         batch = batch or self._batch_hint
@@ -172,16 +188,27 @@ class LMS(keras.callbacks.Callback):
         persistent = variables_bytes(self.model)
         eligible = self.selection.eligible([item.candidate for item in candidates])
         if self.budget_bytes is not None:
-            try:
-                chosen = fewest_swaps_within(
-                    eligible, self.budget_bytes,
-                    lambda cands: persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
-            except BudgetError as error:
-                self._restore()
-                raise BudgetError(f"LMS: {error}") from None
+            chosen = fewest_swaps_within(
+                eligible, self.budget_bytes,
+                lambda cands: persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
         else:
             chosen = self.selection.select([item.candidate for item in candidates])
-        chosen_items = [by_tensor[c.tensor] for c in chosen]
+        return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in chosen]
+
+    def _rewrite(self, graph, start: int, data) -> None:
+        ops = graph.get_operations()[start:]
+        try:
+            candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
+        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
+            budget, self.budget_bytes = self.budget_bytes, None
+            try:
+                candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
+            finally:
+                self.budget_bytes = budget
+            notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
+        batch = step.batch_size
+        traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
+                        persistent + step.predicted_transient_peak([]))
         if "records" in self.stats:
             insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
@@ -189,10 +216,9 @@ class LMS(keras.callbacks.Callback):
         self._step = TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self.stats.update({
             "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
-            "swapped_tensors": len(records), "swapped_bytes_per_step": sum(c.nbytes for c in chosen),
-            "device_peak_bytes": persistent + step.predicted_transient_peak(chosen_items),
-            "device_peak_bytes_without_lms": persistent + step.predicted_transient_peak([]),
-            "prediction_source": "traced graph",
+            "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
+            "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
+            "prediction_source": "traced graph", "traced_device_peaks": traced_peaks,
             "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
                       "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
                      for r in records],
@@ -208,7 +234,12 @@ class LMS(keras.callbacks.Callback):
         if not partitions or not self.stats.get("active"):
             return
         self.stats["partition_graphs"] = partitions
-        with_lms, without_lms, unknown = executed_transient_peaks(partitions, self._device, self._step)
+        try:
+            with_lms, without_lms, unknown = executed_transient_peaks(partitions, self._device, self._step)
+        except Exception as error:  # a prediction must never stop training
+            self.stats["notes"].append(f"prediction from the traced graph only: the executed graph could not be "
+                                       f"replayed ({error})")
+            return
         persistent = self.stats["persistent_bytes"]
         self.stats.update({"device_peak_bytes": persistent + with_lms,
                            "device_peak_bytes_without_lms": persistent + without_lms,

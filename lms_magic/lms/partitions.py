@@ -18,6 +18,7 @@ from .simulate import FORWARDING_OPS, Node
 # Ops whose output 0 is their input 0's buffer (TensorFlow forwards it).
 ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
                           "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
+SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 # Ops whose outputs hold no new memory of the step (variables, constants).
 FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
                       "Shape", "ShapeN", "Size", "Rank", "_Retval", "_DeviceRetval"})
@@ -131,9 +132,12 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
                 control.append(send.name)
         for text in node.input:
             name, index, is_control = _parse_input(text)
+            source = by_name.get(name)
+            if source is not None and source.op in ("NextIteration", "RefNextIteration"):
+                continue  # a loop's back edge: the replay walks one iteration
             if is_control:
                 control.append(name)
-            else:
+            elif node.op not in SHAPE_READERS:  # shape ops read metadata, not the buffer
                 data.append(rewired.get((name, index), (name, index)))
         inputs_of[node.name] = (data, control)
         for name, index in data:

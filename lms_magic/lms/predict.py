@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from .partitions import ALIASING_OPS, FREE_OPS, nodes_from_partitions
 from .simulate import FORWARDING_OPS, Node, Swap, replay, with_swaps
-from .tensorflow import TensorCandidate, static_bytes
+from .tensorflow import SHAPE_OPS, TensorCandidate, static_bytes
 
 
 def device_suffix(device: str) -> str:
@@ -53,7 +53,8 @@ class TracedStep:
         nodes = []
         for index, op in enumerate(self.ops):
             outputs = tuple(0 if op.type in FREE_OPS else (static_bytes(t, self.batch_size) or 0) for t in op.outputs)
-            inputs = tuple((t.op.name, t.value_index) for t in op.inputs)
+            # Shape ops read metadata only: they hold no buffer (TensorFlow runs or folds them early).
+            inputs = () if op.type in SHAPE_OPS else tuple((t.op.name, t.value_index) for t in op.inputs)
             nodes.append(Node(op.name, outputs, inputs, tuple(c.name for c in op.control_inputs),
                               on_device=not op.device.endswith(self._host),
                               alias_input=(-1 if op.type == "IdentityN" else 0) if op.type in ALIASING_OPS

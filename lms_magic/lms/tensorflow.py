@@ -155,9 +155,10 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[lis
                 candidate = Candidate(tensor.name, layer, layer_type, shape, nbytes, index)
                 candidates.append(TensorCandidate(candidate, tensor, consumers,
                                                   [c for c in readers if c.type in SHAPE_OPS], trigger, hops))
+    candidates = [item for item in candidates if item.candidate.layer not in loops]
     if loops:
         notes.append("LMS leaves recurrent layer(s) " + ", ".join(sorted(f"'{n}'" for n in loops)) +
-                     " on the device: their activations live inside a while loop")
+                     " on the device (no tensor of theirs is swapped): their activations live inside a while loop")
     return candidates, notes
 
 

@@ -13,9 +13,14 @@ def reference_cnn(batch_input=(64, 64, 3)):
     return compiled(model)
 
 
+def reference_cnn_small():
+    """The reference CNN's shape on 32x32 inputs: quick to train."""
+    return reference_cnn((32, 32, 3))
+
+
 def mlp():
     keras.utils.set_random_seed(2)
-    model = keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(1024, activation="relu") for _ in range(6)]
+    model = keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation="relu") for _ in range(6)]
                              + [keras.layers.Dense(10)])
     return compiled(model)
 
@@ -79,6 +84,6 @@ def images(n=64, size=32, seed=0):
     return rng.random((n, size, size, 3), dtype="float32"), rng.integers(0, 10, n)
 
 
-def vectors(n=512, width=512, seed=0):
+def vectors(n=2048, width=512, seed=0):
     rng = np.random.default_rng(seed)
     return rng.random((n, width), dtype="float32"), rng.integers(0, 10, n)

@@ -1,0 +1,159 @@
+"""LMS options, budgets, messages, and the model left as it was in every case."""
+
+import keras
+import numpy as np
+import pytest
+
+from lms_magic import LMS, LMSKerasCallback, fit_generator
+from lms_magic.lms.plan import BudgetError
+
+from . import models
+
+
+def fit(model, callbacks=(), epochs=1, **options):
+    x, y = models.images(64, 32)
+    return model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, shuffle=False, callbacks=list(callbacks),
+                     **options)
+
+
+
+
+def test_n_tensors_swaps_the_first_n(lms_options):
+    everything = LMS(**lms_options)
+    fit(models.residual_bn_dropout(), [everything])
+    first_two = LMS(n_tensors=2, **lms_options)
+    fit(models.residual_bn_dropout(), [first_two])
+    assert first_two.stats["swapped_tensors"] == 2
+    def where(plan):  # tensor names differ between two model instances; layer types and shapes do not
+        return [(row["layer_type"], row["shape"]) for row in plan]
+
+    assert where(first_two.stats["plan"]) == where(everything.stats["plan"])[:2]
+
+
+def test_n_tensors_zero_is_off(lms_options, capsys):
+    callback = LMS(n_tensors=0, **{**lms_options, "verbose": 1})
+    model = models.residual_bn_dropout()
+    fit(model, [callback])
+    assert callback.stats["active"] is False and "n_tensors=0" in callback.stats["reason"]
+    assert "train_step" not in model.__dict__
+
+
+def test_min_bytes_and_layer_filters(lms_options):
+    big_only = LMS(**{**lms_options, "min_bytes": 64 * 1024})
+    fit(models.residual_bn_dropout(), [big_only])
+    assert big_only.stats["plan"] and all(row["bytes"] >= 64 * 1024 for row in big_only.stats["plan"])
+    no_conv = LMS(exclude_types=("Conv2D",), **lms_options)
+    fit(models.residual_bn_dropout(), [no_conv])
+    assert no_conv.stats["plan"] and all(row["layer_type"] != "Conv2D" for row in no_conv.stats["plan"])
+
+
+def test_budget_swaps_the_fewest_that_fit(lms_options):
+    everything = LMS(**lms_options)
+    fit(models.reference_cnn_small(), [everything])
+    low, high = everything.stats["device_peak_bytes"], everything.stats["device_peak_bytes_without_lms"]
+    budget = (low + high) // 2
+    callback = LMS(budget=budget, **lms_options)
+    fit(models.reference_cnn_small(), [callback])
+    assert 0 < callback.stats["swapped_tensors"] < everything.stats["swapped_tensors"]
+    assert callback.stats["device_peak_bytes"] <= budget * 1.1  # executed graph; planned on the traced one
+
+
+def test_impossible_budget_fails_before_training_and_keeps_the_model(lms_options):
+    model = models.reference_cnn_small()
+    weights = [w.copy() for w in model.get_weights()]
+    with pytest.raises(BudgetError, match="even with all .* swapped"):
+        fit(model, [LMS(budget="1KiB", **lms_options)])
+    assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
+    assert "train_step" not in model.__dict__
+    fit(model)  # plain training still works
+
+
+def test_no_gpu_and_no_device_does_nothing_and_says_so_once(capsys):
+    from lms_magic.lms import callback as callback_module
+
+    callback_module._said_no_gpu = False
+    first, second = LMS(), LMS()
+    fit(models.residual_bn_dropout(), [first])
+    fit(models.residual_bn_dropout(), [second])
+    assert capsys.readouterr().out.count("no GPU found") == 1
+    assert first.stats["active"] is False and first.stats["reason"] == "no GPU"
+
+
+def test_summary_line_at_the_start_of_training(lms_options, capsys):
+    fit(models.residual_bn_dropout(), [LMS(**{**lms_options, "verbose": 1})], epochs=2)
+    out = capsys.readouterr().out
+    assert out.count("LMS: swapping") == 1
+    assert "predicted /CPU:0 peak" in out and "MiB without" in out
+
+
+def test_stats_keys_and_plan_rows(lms_options):
+    callback = LMS(**lms_options)
+    fit(models.residual_bn_dropout(), [callback])
+    stats = callback.stats
+    assert stats["swapped_bytes_per_step"] == sum(row["bytes"] for row in stats["plan"])
+    assert stats["device_peak_bytes"] < stats["device_peak_bytes_without_lms"]
+    assert set(stats["plan"][0]) >= {"layer", "shape", "bytes", "lb"}
+
+
+def test_second_fit_works_and_removing_the_callback_restores_plain_training(lms_options):
+    model = models.residual_bn_dropout()
+    callback = LMS(**lms_options)
+    fit(model, [callback])
+    fit(model, [callback])
+    assert callback.stats["swapped_tensors"] > 0
+    fit(model)
+    assert "train_step" not in model.__dict__
+    assert type(model.train_function).__name__ != "_GuardedTrainFunction"
+
+
+class InterruptAt(keras.callbacks.Callback):
+    def __init__(self, batch, error=KeyboardInterrupt):
+        super().__init__()
+        self.batch, self.error = batch, error
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            raise self.error()
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_interrupted_fit_leaves_no_lms_behind(lms_options, error):
+    model = models.residual_bn_dropout()
+    with pytest.raises(error):
+        fit(model, [LMS(**lms_options), InterruptAt(1, error)])
+    history = fit(model)  # the next plain fit heals the model before its first step
+    assert len(history.history["loss"]) == 1
+    assert "train_step" not in model.__dict__
+    assert type(model.train_function).__name__ != "_GuardedTrainFunction"
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"lb": 0}, "lb must be a whole number >= 1"), ({"n_tensors": -3}, "-1 \\(all\\)"),
+    ({"budget": "lots"}, "not a memory size"), ({"device": "/GPU:7"}, "no device '/GPU:7'; this process has"),
+])
+def test_bad_options_say_what_to_do(options, words):
+    with pytest.raises(ValueError, match=words):
+        fit(models.residual_bn_dropout(), [LMS(verbose=0, **options)])
+
+
+def test_tflms_names_work_through_the_alias(lms_options):
+    callback = LMSKerasCallback(n_tensors=3, lb=2, excl_types=("Dense",), cpu_device="/CPU:1", device="/CPU:0",
+                                min_bytes=0, verbose=0)
+    fit(models.residual_bn_dropout(), [callback])
+    assert callback.stats["swapped_tensors"] == 3 and callback.lb == 2
+
+
+def test_fit_generator_runs_old_code_with_lms(lms_options):
+    x, y = models.images(64, 32)
+
+    def batches():
+        while True:
+            for start in range(0, 64, 16):
+                yield x[start:start + 16], y[start:start + 16]
+
+    callback = LMS(**lms_options)
+    history = fit_generator(models.residual_bn_dropout(), batches(), steps_per_epoch=4, epochs=2, verbose=0,
+                            callbacks=[callback])
+    assert len(history.history["loss"]) == 2 and callback.stats["swapped_tensors"] > 0
+    with pytest.warns(UserWarning, match="workers are ignored"):
+        fit_generator(models.residual_bn_dropout(), batches(), steps_per_epoch=1, verbose=0, workers=4)

@@ -1,0 +1,61 @@
+"""Reading partition graphs, with hand-made GraphDef-like nodes (no TensorFlow)."""
+
+from types import SimpleNamespace
+
+from lms_magic.lms.partitions import nodes_from_partitions
+from lms_magic.lms.simulate import replay
+
+DEV, HOST = "/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def node(name, op, inputs=(), device=DEV, tensor_name=None):
+    attr = {} if tensor_name is None else {"tensor_name": SimpleNamespace(s=tensor_name.encode())}
+    return SimpleNamespace(name=name, op=op, input=list(inputs), device=device, attr=attr)
+
+
+def swapped_graph():
+    device = [
+        node("act", "Relu"), node("act/_send", "_Send", ["act"], tensor_name="e1"),
+        node("mid", "Conv2D", ["act"]), node("grad_mid", "Conv2DBackpropInput", ["mid"]),
+        node("gate/_send", "_Send", ["grad_mid"], tensor_name="e3"),
+        node("swap_in/_recv", "_Recv", tensor_name="e2"),
+        node("grad_act", "Conv2DBackpropInput", ["grad_mid", "swap_in/_recv"]),
+    ]
+    host = [
+        node("act/_recv", "_Recv", device=HOST, tensor_name="e1"),
+        node("lms_swap_out/act", "Identity", ["act/_recv"], device=HOST),
+        node("gate/_recv", "_Recv", device=HOST, tensor_name="e3"),
+        node("lms_swap_in/act", "Identity", ["lms_swap_out/act", "^gate/_recv"], device=HOST),
+        node("lms_swap_in/_send", "_Send", ["lms_swap_in/act"], device=HOST, tensor_name="e2"),
+    ]
+    return [SimpleNamespace(node=device), SimpleNamespace(node=host)]
+
+
+SIZES = {"act": 100, "mid": 100, "grad_mid": 100, "grad_act": 100, "lms_swap_in/act": 100, "lms_swap_out/act": 100}
+
+
+def size_of(name, op, index):
+    return SIZES.get(name)
+
+
+def test_recv_on_the_device_allocates_a_copy_after_its_gate():
+    nodes, unknown = nodes_from_partitions(swapped_graph(), "device:GPU:0", size_of, lambda name: None)
+    assert unknown == []
+    recv = next(n for n in nodes if n.name == "swap_in/_recv")
+    assert recv.on_device and recv.outputs == (100,)
+    order = replay(nodes).order
+    assert order.index("grad_mid") < order.index("lms_swap_in/act") < order.index("swap_in/_recv")
+
+
+def test_undo_swaps_reads_the_original_device_tensor():
+    nodes, _ = nodes_from_partitions(swapped_graph(), "device:GPU:0", size_of, lambda name: None, undo_swaps=True)
+    names = {n.name for n in nodes}
+    assert "swap_in/_recv" not in names and "lms_swap_out/act" not in names and "act/_send" not in names
+    grad_act = next(n for n in nodes if n.name == "grad_act")
+    assert ("act", 0) in grad_act.inputs
+
+
+def test_with_lms_the_activation_is_not_held_through_the_middle():
+    with_lms, _ = nodes_from_partitions(swapped_graph(), "device:GPU:0", size_of, lambda name: None)
+    without, _ = nodes_from_partitions(swapped_graph(), "device:GPU:0", size_of, lambda name: None, undo_swaps=True)
+    assert (replay(with_lms).peak_bytes, replay(without).peak_bytes) == (200, 300)

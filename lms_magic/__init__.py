@@ -26,6 +26,7 @@ _PUBLIC = {
     "LMSKerasCallback": "lms_magic.lms.callback",
     "fit_generator": "lms_magic.legacy",
     "parse_bytes": "lms_magic.lms.plan",
+    "predict_step": "lms_magic.lms.probe",
 }
 
 __all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension"]

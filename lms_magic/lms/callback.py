@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import keras
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -196,6 +198,7 @@ class LMS(keras.callbacks.Callback):
         return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in chosen]
 
     def _rewrite(self, graph, start: int, data) -> None:
+        started = time.perf_counter()
         ops = graph.get_operations()[start:]
         try:
             candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
@@ -224,6 +227,7 @@ class LMS(keras.callbacks.Callback):
                      for r in records],
         })
         self.stats["notes"] += notes
+        self.stats["rewrite_s"] = time.perf_counter() - started
 
     def _read_executed_graph(self) -> None:
         ctx = context.context()

@@ -75,7 +75,12 @@ def static_bytes(tensor, batch_size: int | None) -> int | None:
 
 
 def split_by_replica(ops) -> dict[str, tuple[list, list]]:
-    """Groups ops by replica prefix, each as (forward ops, backward ops) in creation order."""
+    """Groups ops by replica prefix, each as (forward ops, backward ops) in creation order.
+
+    Backward is everything from the first gradient op on: the tape also makes
+    unscoped ops (``AddN`` sums the gradients of a tensor read twice, as in
+    residual blocks), and the optimizer's ops come after it.
+    """
     groups: dict[str, list] = {}
     for op in ops:
         groups.setdefault(_REPLICA_PREFIX.match(op.name).group(0), []).append(op)
@@ -84,7 +89,7 @@ def split_by_replica(ops) -> dict[str, tuple[list, list]]:
         first_backward = next((i for i, op in enumerate(group) if _is_backward(op)), None)
         if first_backward is None:
             continue
-        split[prefix] = (group[:first_backward], [op for op in group[first_backward:] if _is_backward(op)])
+        split[prefix] = (group[:first_backward], group[first_backward:])
     return split
 
 

@@ -25,6 +25,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/load_time.py
 	$(BIN)/python benchmarks/sampler_overhead.py
+	$(BIN)/python benchmarks/lms_predict.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -7,7 +7,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_loca
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .cell import CompiledCell
-from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError
+from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError, profiling
 from .options import split_options
 
 
@@ -98,23 +98,16 @@ class GpuMemMagics(Magics):
 
     def _run(self, compiled: CompiledCell, profiler: MemoryProfiler, args, local_ns):
         __tracebackhide__ = True  # noqa: F841
-        status, error = "error", None
+        report = profiler.report
         try:
-            value = compiled.run(local_ns)
-            status = "ok"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        except BaseException as raised:
-            error = type(raised).__name__
-            raise
+            with profiling(profiler):
+                value = compiled.run(local_ns)
         finally:
-            report = profiler.stop(status, error=error)
             if not args.quiet:
                 print(report)
                 if args.plot:
                     self._show_plot(report)
-            if status != "ok":
+            if report.status != "ok":
                 self.shell.displayhook.update_user_ns(report)  # `_` gives the partial report
         if args.return_result:
             if value is not None:

@@ -292,8 +292,27 @@ class MemoryProfiler:
 
 
 @contextlib.contextmanager
-def profile_memory(interval_s: float = DEFAULT_INTERVAL_S, devices: Iterable[int] | None = None,
-                   **options) -> Iterator[MemoryReport]:
+def profiling(profiler: MemoryProfiler) -> Iterator[MemoryReport]:
+    """Stops a started ``profiler`` when the block ends, recording how it ended.
+
+    The report is "ok", "error" (with the exception's type name) or
+    "interrupted"; the exception itself goes on unchanged.
+    """
+    status, error = "error", None
+    try:
+        yield profiler.report
+        status = "ok"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException as raised:
+        error = type(raised).__name__
+        raise
+    finally:
+        profiler.stop(status, error=error)
+
+
+def profile_memory(interval_s: float = DEFAULT_INTERVAL_S, devices: Iterable[int] | None = None, **options):
     """Measures host and GPU memory of the code in a ``with`` block.
 
     The report it yields is filled in when the block ends, also when the block
@@ -312,16 +331,4 @@ def profile_memory(interval_s: float = DEFAULT_INTERVAL_S, devices: Iterable[int
         >>> report.host.increment_bytes >= 60 * 2**20
         True
     """
-    profiler = MemoryProfiler(interval_s=interval_s, devices=devices, **options).start()
-    status, error = "error", None
-    try:
-        yield profiler.report
-        status = "ok"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    except BaseException as raised:
-        error = type(raised).__name__
-        raise
-    finally:
-        profiler.stop(status, error=error)
+    return profiling(MemoryProfiler(interval_s=interval_s, devices=devices, **options).start())

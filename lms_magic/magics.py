@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope, output_can_be_silenced
+from IPython.core.magic import (Magics, cell_magic, line_cell_magic, magics_class, needs_local_scope,
+                                output_can_be_silenced)
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .cell import CompiledCell
@@ -23,12 +24,14 @@ def _parse_devices(text: str | None) -> list[int] | None:
     return devices
 
 
-MAGIC_NAMES = ("gpumem",)
+MAGIC_NAMES = ("gpumem", "lms_fit")
+DEFAULT_MIN_BYTES = 64 * 1024
 
 
 def register(shell) -> None:
     """Registers the magics with ``shell`` (called by ``%load_ext lms_magic``)."""
     shell.register_magics(GpuMemMagics)
+    shell.register_magics(LmsFitMagics)
 
 
 def unregister(shell) -> None:
@@ -37,7 +40,8 @@ def unregister(shell) -> None:
     for kind in ("line", "cell"):
         for name in MAGIC_NAMES:
             manager.magics[kind].pop(name, None)
-    manager.registry.pop(GpuMemMagics.__name__, None)
+    for magics in (GpuMemMagics, LmsFitMagics):
+        manager.registry.pop(magics.__name__, None)
 
 
 @magics_class
@@ -125,3 +129,95 @@ class GpuMemMagics(Magics):
             display_figure(report.figure())
         except ImportError as error:
             print(error)
+
+
+@magics_class
+class LmsFitMagics(Magics):
+    """``%%lms_fit``: train with Large Model Support, and compare fairly with plain training."""
+
+    @magic_arguments()
+    @argument("--n-tensors", type=int, default=-1, help="tensors to swap: -1 all (default), 0 none, N the first N")
+    @argument("--lb", type=int, default=1, help="swap in this many backward ops ahead of the consumer (default 1)")
+    @argument("--budget", default=None, help="device memory to stay under, e.g. 6GiB (overrides --n-tensors)")
+    @argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="leave smaller tensors alone (default 65536)")
+    @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
+    @argument("--host-device", default="/CPU:0", help="where swapped tensors wait (default /CPU:0)")
+    @argument("--compare", action="store_true",
+              help="also train without LMS from the same weights, optimizer state, seed and batches")
+    @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
+    @argument("-i", "--interval", type=float, default=DEFAULT_INTERVAL_S, help="memory sampling interval (s)")
+    @argument("-o", dest="return_result", action="store_true", help="return the LmsFitResult")
+    @argument("-q", dest="quiet", action="store_true", help="print nothing")
+    @cell_magic
+    def lms_fit(self, line, cell):
+        """Train every Keras fit (or legacy fit_generator) call of the cell with LMS.
+
+        With --compare, each call also runs without LMS from the same starting
+        state, and a dashboard compares peak memory, increment, speed, loss and
+        accuracy. The model ends as the LMS run left it, and the cell's own
+        variables (history = ...) get the LMS run's values.
+
+        Example::
+
+            %%lms_fit --compare --n-tensors -1 --lb 1
+            history = model.fit_generator(batches(x, y, 8), steps_per_epoch=25000, epochs=2)
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = parse_argstring(self.lms_fit, line)
+        options = self._lms_options(args)
+        options["verbose"] = 0 if args.quiet else 1
+        compiled = CompiledCell(self.shell, cell)
+
+        from .compare import VariantRunner
+        from .fit_results import LmsFitResult
+        from .intercept import FitInterceptor
+
+        result = LmsFitResult()
+        announce = (lambda text: None) if args.quiet else print
+        interceptor = FitInterceptor(lambda model, a, kw: self._record(result, runner.run(model, a, kw)))
+        with interceptor:
+            runner = VariantRunner(interceptor.original_fit, options, args.compare, args.steps, args.interval,
+                                   announce)
+            try:
+                value = compiled.run()
+            except BaseException:
+                interceptor.restore_models()
+                if result.calls and not args.quiet:
+                    print(result)
+                raise
+        if not result.calls:
+            result.notes.append("the cell called no fit or fit_generator, so nothing was trained with LMS")
+        if not args.quiet:
+            from .ui.dashboard import show
+
+            show(result, self.shell)
+        return result if args.return_result else value
+
+    @staticmethod
+    def _record(result, outcome):
+        history, variants = outcome
+        result.calls.append(variants)
+        return history
+
+    @staticmethod
+    def _lms_options(args) -> dict:
+        if args.lb < 1:
+            raise UsageError(f"--lb must be a whole number >= 1, got {args.lb}")
+        if args.n_tensors < -1:
+            raise UsageError(f"--n-tensors must be -1 (all), 0 (off) or a positive count, got {args.n_tensors}")
+        if args.steps is not None and args.steps < 1:
+            raise UsageError(f"--steps must be a positive number of steps, got {args.steps}")
+        if not args.interval > 0:
+            raise UsageError(f"-i/--interval must be a positive number of seconds, got {args.interval}")
+        if args.min_bytes < 0:
+            raise UsageError(f"--min-bytes must be >= 0, got {args.min_bytes}")
+        budget = None
+        if args.budget is not None:
+            from .lms.plan import parse_bytes
+
+            try:
+                budget = parse_bytes(args.budget)
+            except ValueError as error:
+                raise UsageError(f"--budget: {error}") from None
+        return {"n_tensors": args.n_tensors, "lb": args.lb, "budget": budget, "min_bytes": args.min_bytes,
+                "device": args.device, "host_device": args.host_device, "verbose": 1}

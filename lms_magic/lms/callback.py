@@ -41,6 +41,9 @@ class LMS(keras.callbacks.Callback):
             no GPU, LMS does nothing and says so.
         host_device: where swapped tensors wait. Defaults to "/CPU:0".
         verbose: 1 prints a line when training starts, 0 nothing. Defaults to 1.
+        batch_size_hint: the batch size, for data whose batches TensorFlow
+            traces with an unknown size (Python generators); an int or a
+            function returning one. Defaults to None.
 
     After training, ``stats`` holds what was done and predicted.
 
@@ -58,7 +61,7 @@ class LMS(keras.callbacks.Callback):
 
     def __init__(self, n_tensors: int = -1, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
-                 device: str | None = None, host_device: str = "/CPU:0", verbose: int = 1):
+                 device: str | None = None, host_device: str = "/CPU:0", verbose: int = 1, batch_size_hint=None):
         super().__init__()
         if not isinstance(lb, int) or lb < 1:
             raise ValueError(f"lb must be a whole number >= 1, got {lb!r}")
@@ -67,6 +70,7 @@ class LMS(keras.callbacks.Callback):
         self.n_tensors, self.lb, self.min_bytes = n_tensors, lb, int(min_bytes)
         self.budget_bytes = None if budget is None else parse_bytes(budget)
         self.device, self.host_device, self.verbose = device, host_device, verbose
+        self.batch_size_hint = batch_size_hint
         self.stats = self._empty_stats("not trained yet")
         self._options = GraphOptions()
         self._patched = False
@@ -181,9 +185,13 @@ class LMS(keras.callbacks.Callback):
         """Finds the candidates of a traced step and chooses the ones to swap."""
         first = tf.nest.flatten(data)[0]
         batch = first.shape[0] if first.shape.rank else None
-        batch = batch or self._batch_hint
+        hint = self.batch_size_hint() if callable(self.batch_size_hint) else self.batch_size_hint
+        batch = batch or self._batch_hint or hint
         self._batch_hint = self._batch_hint or batch
         candidates, notes = find_candidates(ops, self._layer_of, self.lb, batch)
+        if batch is None:
+            notes.append("the batch size is unknown when TensorFlow traces this data (a generator?), so tensor "
+                         "sizes are unknown and nothing is swapped; pass batch_size_hint=...")
         by_tensor = {item.candidate.tensor: item for item in candidates}
         input_bytes = [static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = TracedStep(ops, batch, self.host_device, input_bytes)

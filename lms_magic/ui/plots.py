@@ -66,3 +66,39 @@ def display_figure(figure) -> None:
         "text/plain": f"<plotly Figure: {', '.join(trace.name or '' for trace in figure.data)}>",
     }
     display(bundle, raw=True)
+
+
+def fit_figures(result) -> list:
+    """The %%lms_fit figures of the last fit call: memory over time and training loss, variants overlaid."""
+    return [memory_overlay_figure(result.variants), training_figure(result.variants)]
+
+
+def memory_overlay_figure(variants):
+    """Host RSS and each GPU's used memory over each variant's run, in MiB."""
+    go = _plotly()
+    figure = go.Figure()
+    for variant in variants:
+        timeline = variant.memory.timeline
+        series = [("host RSS", timeline.host_rss_bytes)]
+        series += [(f"GPU {index} used", values) for index, values in sorted(timeline.gpu_used_bytes.items())]
+        for label, values in series:
+            points = [(t, v / MIB) for t, v in zip(timeline.times_s, values) if v is not None]
+            if points:
+                times, mibs = zip(*points)
+                figure.add_trace(go.Scatter(x=times, y=mibs, mode="lines", name=f"{variant.name}: {label}"))
+    figure.update_layout(title="memory during training", xaxis_title="time since the variant started (s)",
+                         yaxis_title="MiB", height=360, margin=dict(l=50, r=20, t=40, b=40))
+    return figure
+
+
+def training_figure(variants):
+    """Loss at every step of each variant."""
+    go = _plotly()
+    figure = go.Figure()
+    for variant in variants:
+        if variant.step_losses:
+            figure.add_trace(go.Scatter(x=list(range(1, len(variant.step_losses) + 1)), y=variant.step_losses,
+                                        mode="lines", name=f"{variant.name}: loss"))
+    figure.update_layout(title="training loss (running mean over the epoch, as Keras logs it)",
+                         xaxis_title="step", yaxis_title="loss", height=360, margin=dict(l=50, r=20, t=40, b=40))
+    return figure

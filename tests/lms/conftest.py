@@ -17,6 +17,8 @@ def _two_logical_cpus() -> None:
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        # One op at a time, as on a GPU's compute stream: what the liveness replay models.
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     except RuntimeError:  # already initialised (by an earlier test run in this process)
         pass
 

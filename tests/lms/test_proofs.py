@@ -86,10 +86,13 @@ def measured_transient_peak(build, x, y, batch_size):
     model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0, shuffle=False)
     batches = iter(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).repeat())
     model.train_function(batches)
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    model.train_function(batches)
-    return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
+    peaks = []
+    for _ in range(3):
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        model.train_function(batches)
+        peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
+    return sorted(peaks)[1]
 
 
 @pytest.mark.parametrize("name, build, data, batch_size", [

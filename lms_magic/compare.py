@@ -1,0 +1,167 @@
+"""Runs a Keras ``fit`` call with LMS and, on request, without it, from the same start.
+
+Each variant starts from the same weights, optimizer state and random seed
+(shuffling, dropout), trains the same number of steps on the same batches,
+and is measured the same way (``MemoryProfiler``). The LMS variant runs last,
+so the model ends as the LMS variant left it. A one-shot Python generator is
+recorded during the first variant and replayed for the second.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from collections.abc import Iterator
+
+import keras
+import numpy as np
+
+from .fit_results import VariantResult
+from .memory.profile import MemoryProfiler, profiling
+from .snapshot import TrainingState
+
+OOM_ADVICE = ("try LMS (%%lms_fit), a memory budget (--budget 6GiB), or a smaller batch size")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """TensorFlow's ResourceExhaustedError, PyTorch's OutOfMemoryError, JAX's RESOURCE_EXHAUSTED."""
+    name = type(error).__name__
+    text = str(error)
+    return name in ("ResourceExhaustedError", "OutOfMemoryError") or "RESOURCE_EXHAUSTED" in text \
+        or "out of memory" in text.lower()
+
+
+class StepRecorder(keras.callbacks.Callback):
+    """Times each training step and keeps its logs; stops after ``max_steps`` if given."""
+
+    def __init__(self, max_steps: int | None = None):
+        super().__init__()
+        self.max_steps = max_steps
+        self.step_s: list[float] = []
+        self.losses: list[float] = []
+        self._started = 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step_s.append(time.perf_counter() - self._started)
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+        if self.max_steps is not None and len(self.step_s) >= self.max_steps:
+            self.model.stop_training = True
+
+    def time_per_step_s(self) -> float | None:
+        timed = self.step_s[1:] if len(self.step_s) > 1 else self.step_s  # the first step traces
+        return statistics.median(timed) if timed else None
+
+
+class _Recording:
+    """A one-shot iterator's batches as the first variant draws them (all, or only the first)."""
+
+    def __init__(self, source, keep_all: bool):
+        self.source, self.keep_all, self.batches = source, keep_all, []
+
+    def __iter__(self):
+        for batch in self.source:
+            if self.keep_all or not self.batches:
+                self.batches.append(batch)
+            yield batch
+
+    def batch_size(self) -> int | None:
+        if not self.batches:
+            return None
+        first = self.batches[0]
+        leaf = first[0] if isinstance(first, (tuple, list)) else first
+        return int(leaf.shape[0]) if getattr(leaf, "shape", None) else None
+
+
+def _one_shot(data) -> bool:
+    if isinstance(data, (keras.utils.PyDataset, np.ndarray, list, tuple, dict)):
+        return False
+    if type(data).__module__.startswith("tensorflow"):
+        return False
+    return inspect.isgenerator(data) or isinstance(data, Iterator)
+
+
+def _batch_size(data, kwargs) -> int | None:
+    if kwargs.get("batch_size"):
+        return int(kwargs["batch_size"])
+    if isinstance(data, np.ndarray):
+        return 32  # Keras's default
+    return None
+
+
+class VariantRunner:
+    """Runs one ``fit`` call as the variants asked for.
+
+    Args:
+        fit: the original, unpatched ``fit`` function.
+        lms_options: keyword arguments for :class:`lms_magic.LMS`.
+        compare: also run without LMS.
+        max_steps: stop each variant after this many steps.
+        interval_s: memory sampling interval.
+    """
+
+    def __init__(self, fit, lms_options: dict, compare: bool, max_steps: int | None, interval_s: float,
+                 announce=print):
+        self._fit = fit
+        self.lms_options = lms_options
+        self.compare = compare
+        self.max_steps = max_steps
+        self.interval_s = interval_s
+        self._announce = announce
+
+    def run(self, model, args: tuple, kwargs: dict) -> tuple[object, list[VariantResult]]:
+        from .lms.callback import LMS
+
+        args, kwargs = list(args), dict(kwargs)
+        data = args[0] if args else kwargs.get("x")
+        if self.compare and _one_shot(kwargs.get("validation_data")):
+            raise ValueError("%%lms_fit --compare cannot replay a one-shot validation generator; pass a list of "
+                             "batches, a keras.utils.PyDataset or a tf.data.Dataset as validation_data")
+        recording = _Recording(data, keep_all=self.compare) if _one_shot(data) else None
+        state = TrainingState.capture(model)
+        seed = int(np.random.default_rng().integers(2**31 - 1))
+        names = ["no_lms", "lms"] if self.compare else ["lms"]
+        results, histories = [], {}
+        for name in names:
+            state.restore()
+            keras.utils.set_random_seed(seed)
+            if recording is not None:
+                # Keras reads generators (not other iterators): replay through one
+                source = iter(recording) if name == names[0] else (batch for batch in list(recording.batches))
+                args, kwargs = _replace_data(args, kwargs, source)
+            recorder = StepRecorder(self.max_steps)
+            callbacks = list(kwargs.get("callbacks") or []) + [recorder]
+            hint = recording.batch_size if recording is not None else None
+            lms = LMS(**self.lms_options, batch_size_hint=hint) if name == "lms" else None
+            if lms is not None:
+                callbacks.append(lms)
+            self._announce(f"--- %%lms_fit: {'with LMS' if lms else 'without LMS'} ({name}) ---")
+            profiler = MemoryProfiler(interval_s=self.interval_s).start()
+            status, error, history = "ok", None, None
+            try:
+                with profiling(profiler):
+                    history = self._fit(model, *args, **{**kwargs, "callbacks": callbacks})
+            except Exception as raised:
+                if not is_out_of_memory(raised):
+                    state.restore()
+                    raise
+                status, error = "oom", f"out of memory: {OOM_ADVICE}"
+                self._announce(f"--- {name} ran out of memory; {OOM_ADVICE} ---")
+            histories[name] = history
+            batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
+            results.append(VariantResult.from_run(name, status, error, recorder, profiler.report, history, lms,
+                                                  batch_size))
+        if results[-1].status != "ok":
+            state.restore()  # the model as it was before this fit: consistent, not half-trained
+        chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
+        return chosen if chosen is not None else keras.callbacks.History(), results
+
+
+def _replace_data(args: list, kwargs: dict, data):
+    if args:
+        return [data] + args[1:], kwargs
+    return args, {**kwargs, "x": data}

@@ -1,0 +1,154 @@
+"""Results of ``%%lms_fit``: one row per variant, compared, as text, HTML, dict and JSON."""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+
+from .results import MIB, MemoryReport
+
+
+@dataclass
+class VariantResult:
+    """One training variant ("lms" or "no_lms") of one ``fit`` call."""
+
+    name: str
+    status: str  # "ok", "oom" or "error"
+    steps: int
+    time_per_step_s: float | None
+    batch_size: int | None
+    memory: MemoryReport
+    history: dict = field(default_factory=dict)
+    step_losses: list[float] = field(default_factory=list)
+    swapped_bytes_per_step: int = 0
+    lms_stats: dict = field(default_factory=dict)
+    message: str | None = None
+
+    @classmethod
+    def from_run(cls, name, status, message, recorder, memory, history, lms, batch_size) -> "VariantResult":
+        stats = dict(lms.stats) if lms is not None else {}
+        return cls(name=name, status=status, steps=len(recorder.step_s), time_per_step_s=recorder.time_per_step_s(),
+                   batch_size=batch_size, memory=memory,
+                   history={k: [float(v) for v in vs] for k, vs in (history.history.items() if history else [])},
+                   step_losses=list(recorder.losses), swapped_bytes_per_step=int(stats.get("swapped_bytes_per_step", 0)),
+                   lms_stats={k: v for k, v in stats.items() if k not in ("records", "partition_graphs")},
+                   message=message)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        if not self.time_per_step_s or not self.batch_size:
+            return None
+        return self.batch_size / self.time_per_step_s
+
+    def final(self, metric: str) -> float | None:
+        values = self.history.get(metric)
+        return values[-1] if values else None
+
+    def to_dict(self) -> dict:
+        memory = self.memory.to_dict()
+        host = memory["host"] or {}
+        return {
+            "name": self.name, "status": self.status, "message": self.message, "steps": self.steps,
+            "time_per_step_s": self.time_per_step_s, "samples_per_s": self.samples_per_s,
+            "host_peak_mib": host.get("peak_mib"), "host_increment_mib": host.get("increment_mib"),
+            "gpus": memory["gpus"], "host_allocators": host.get("allocators", []), "history": self.history,
+            "swapped_bytes_per_step": self.swapped_bytes_per_step,
+            "predicted_device_peak_bytes": self.lms_stats.get("device_peak_bytes"),
+            "lms_active": bool(self.lms_stats.get("active")), "memory_notes": memory["notes"],
+        }
+
+
+def _allocator_peak_mib(variant: VariantResult) -> float | None:
+    report = variant.memory
+    peaks = [p.peak_bytes for g in report.gpus for p in g.allocators if p.peak_bytes is not None]
+    if not peaks and report.host is not None:
+        peaks = [p.peak_bytes for p in report.host.allocators if p.peak_bytes is not None]
+    return max(peaks) / MIB if peaks else None
+
+
+ROWS = [  # (label, function of a variant, format)
+    ("status", lambda v: v.status, "{}"),
+    ("steps", lambda v: v.steps, "{}"),
+    ("time per step (ms)", lambda v: v.time_per_step_s and v.time_per_step_s * 1000, "{:.2f}"),
+    ("samples/s", lambda v: v.samples_per_s, "{:.0f}"),
+    ("host peak (MiB)", lambda v: v.memory.host and v.memory.host.peak_bytes / MIB, "{:.1f}"),
+    ("host increment (MiB)", lambda v: v.memory.host and v.memory.host.increment_bytes / MIB, "{:.1f}"),
+    ("GPU used peak (MiB)", lambda v: max((g.peak_bytes for g in v.memory.gpus), default=None) and
+     max(g.peak_bytes for g in v.memory.gpus) / MIB, "{:.1f}"),
+    ("allocator peak (MiB)", _allocator_peak_mib, "{:.1f}"),
+    ("final loss", lambda v: v.final("loss"), "{:.6f}"),
+    ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else
+     v.final("binary_accuracy"), "{:.4f}"),
+    ("swapped (MiB/step)", lambda v: v.swapped_bytes_per_step / MIB, "{:.1f}"),
+]
+
+
+def _cell(value, fmt) -> str:
+    if value is None:
+        return "-"
+    return fmt.format(value) if not isinstance(value, str) else value
+
+
+@dataclass
+class LmsFitResult:
+    """What ``%%lms_fit`` measured: the variants of each ``fit`` call in the cell."""
+
+    calls: list[list[VariantResult]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def variants(self) -> list[VariantResult]:
+        """The variants of the last ``fit`` call (the usual cell has one)."""
+        return self.calls[-1] if self.calls else []
+
+    def table(self) -> list[list[str]]:
+        """Rows of [label, value per variant..., difference] for the last call."""
+        variants = self.variants
+        rows = [["", *[v.name for v in variants]] + (["lms - no_lms"] if len(variants) == 2 else [])]
+        for label, get, fmt in ROWS:
+            values = [get(v) for v in variants]
+            row = [label, *[_cell(value, fmt) for value in values]]
+            if len(values) == 2:
+                both = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
+                row.append(_cell(values[1] - values[0], fmt) if both else "")
+            rows.append(row)
+        return rows
+
+    def __str__(self) -> str:
+        if not self.calls:
+            return "%%lms_fit: the cell called no fit"
+        rows = self.table()
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        messages = [f"{v.name}: {v.message}" for v in self.variants if v.message]
+        return "\n".join(lines + messages + self.notes)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        rows = self.table() if self.calls else [["no fit call"]]
+        head = "".join(f"<th>{html.escape(cell)}</th>" for cell in rows[0])
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows[1:])
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in
+                        [f"{v.name}: {v.message}" for v in self.variants if v.message] + self.notes)
+        return (f"<table class='lms-magic-fit'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                + (f"<ul>{notes}</ul>" if notes else ""))
+
+    def to_dict(self) -> dict:
+        return {"variants": [v.to_dict() for v in self.variants],
+                "calls": [[v.to_dict() for v in call] for call in self.calls], "notes": list(self.notes)}
+
+    def to_json(self, **options) -> str:
+        return json.dumps(self.to_dict(), **{"indent": 1, **options})
+
+    def save_html(self, path) -> None:
+        """Writes a standalone page: the table and the figures (plotly.js from its CDN)."""
+        from .ui.plots import fit_figures
+
+        figures = "".join(figure.to_html(full_html=False, include_plotlyjs="cdn") for figure in fit_figures(self))
+        page = f"<!doctype html><html><head><meta charset='utf-8'><title>%%lms_fit</title></head><body>" \
+               f"<h2>%%lms_fit</h2>{self._repr_html_()}{figures}</body></html>"
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(page)

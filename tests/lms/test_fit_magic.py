@@ -1,0 +1,198 @@
+"""%%lms_fit through a real InteractiveShell: fairness, namespace, failures, outputs."""
+
+import json
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lms_magic.fit_results import LmsFitResult
+from lms_magic.ui.dashboard import TABS, Dashboard
+
+LMS_ON_CPUS = "--device /CPU:0 --host-device /CPU:1 --min-bytes 0"
+
+SETUP = """
+import keras, numpy as np
+keras.utils.set_random_seed(0)
+x = np.random.rand(256, 3).astype("float32")
+y = (x.sum(axis=1) > 1.5).astype("float32")
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dropout(0.2), keras.layers.Dense(1, activation="sigmoid")])
+model.compile("adam", "binary_crossentropy", metrics=["accuracy"])
+def batches(x, y, n):
+    while True:
+        for start in range(0, len(x) - n + 1, n):
+            yield x[start:start + n], y[start:start + n]
+"""
+
+
+@pytest.fixture
+def fit_shell(shell):
+    assert shell.run_cell(SETUP).success
+    return shell
+
+
+def run(shell, source):
+    result = shell.run_cell(source)
+    return result
+
+
+def weights(shell):
+    return [w.copy() for w in shell.user_ns["model"].get_weights()]
+
+
+def test_compare_is_fair_with_numpy_and_shuffling(fit_shell):
+    result = run(fit_shell, f"%%lms_fit --compare -q -o {LMS_ON_CPUS}\n"
+                            "history = model.fit(x, y, batch_size=16, epochs=2, shuffle=True, verbose=0)")
+    assert result.success, result.error_in_exec
+    no_lms, lms = result.result.variants
+    assert (no_lms.name, lms.name) == ("no_lms", "lms")
+    assert no_lms.steps == lms.steps == 32
+    assert np.allclose(lms.history["loss"][0], no_lms.history["loss"][0], rtol=1e-6, atol=0)
+    assert np.allclose(lms.history["loss"], no_lms.history["loss"], rtol=1e-6, atol=0)
+    assert lms.swapped_bytes_per_step > 0 and no_lms.swapped_bytes_per_step == 0
+
+
+def test_the_cell_gets_the_lms_variants_values(fit_shell):
+    start = weights(fit_shell)
+    result = run(fit_shell, f"%%lms_fit --compare -q -o {LMS_ON_CPUS}\n"
+                            "history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)\nfinal = history.history")
+    lms = result.result.variants[1]
+    assert fit_shell.user_ns["final"]["loss"] == lms.history["loss"]
+    assert any(not np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
+    assert "fit" not in keras.Model.__dict__ and "fit_generator" not in keras.Model.__dict__
+
+
+def test_legacy_fit_generator_with_a_replayed_one_shot_generator(fit_shell):
+    result = run(fit_shell, f"%%lms_fit --compare -q -o {LMS_ON_CPUS}\n"
+                            "history = model.fit_generator(batches(x, y, 8), steps_per_epoch=16, epochs=2, verbose=0)")
+    assert result.success, result.error_in_exec
+    no_lms, lms = result.result.variants
+    assert no_lms.steps == lms.steps == 32
+    assert no_lms.history["loss"] == pytest.approx(lms.history["loss"], rel=1e-6)
+    assert lms.lms_stats["swapped_tensors"] > 0  # the batch size was learned from the generator
+    assert no_lms.samples_per_s and no_lms.batch_size == 8
+
+
+def test_steps_limits_each_variant(fit_shell):
+    result = run(fit_shell, f"%%lms_fit --compare --steps 5 -q -o {LMS_ON_CPUS}\n"
+                            "model.fit(x, y, batch_size=16, epochs=3, verbose=0)")
+    assert [v.steps for v in result.result.variants] == [5, 5]
+
+
+class OutOfMemoryIn(keras.callbacks.Callback):
+    """Raises TensorFlow's OOM error in the chosen variants, recognised by the LMS callback's presence."""
+
+    def __init__(self, variant):
+        super().__init__()
+        self.variant = variant
+
+    def on_train_batch_end(self, batch, logs=None):
+        has_lms = any(type(c).__name__ == "LMS" for c in self._callbacks)
+        if batch == 2 and self.variant == ("lms" if has_lms else "no_lms"):
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    def set_params(self, params):
+        super().set_params(params)
+
+
+def install_oom(shell, variant):
+    shell.user_ns["oom"] = OutOfMemoryIn(variant)
+    original = keras.callbacks.CallbackList.__init__
+
+    def init(self, callbacks=None, *args, **kwargs):
+        original(self, callbacks, *args, **kwargs)
+        for callback in self.callbacks:
+            if isinstance(callback, OutOfMemoryIn):
+                callback._callbacks = self.callbacks
+
+    return original, init
+
+
+@pytest.mark.parametrize("variant", ["no_lms", "lms"])
+def test_out_of_memory_in_one_variant_is_caught_and_the_other_runs(fit_shell, variant, monkeypatch, capsys):
+    original, init = install_oom(fit_shell, variant)
+    monkeypatch.setattr(keras.callbacks.CallbackList, "__init__", init)
+    start = weights(fit_shell)
+    result = run(fit_shell, f"%%lms_fit --compare -o {LMS_ON_CPUS}\n"
+                            "history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[oom])")
+    assert result.success, result.error_in_exec
+    statuses = {v.name: v.status for v in result.result.variants}
+    other = "lms" if variant == "no_lms" else "no_lms"
+    assert statuses == {variant: "oom", other: "ok"}
+    out = capsys.readouterr().out
+    assert "ran out of memory" in out and "--budget" in out
+    if variant == "lms":  # the model is put back as before the call, not left half-trained
+        assert all(np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
+    assert "oom" in str(result.result)
+
+
+def test_user_exception_propagates_and_restores_the_model(fit_shell, no_new_threads):
+    start = weights(fit_shell)
+    result = run(fit_shell, f"%%lms_fit -q {LMS_ON_CPUS}\n"
+                            "model.fit(x, y, batch_size=16, epochs=1, verbose=0)\nraise KeyError('after fit')")
+    assert isinstance(result.error_in_exec, KeyError)
+    assert all(np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
+    assert "fit" not in keras.Model.__dict__
+
+
+class Interrupt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 3:
+            raise KeyboardInterrupt
+
+
+def test_keyboard_interrupt_restores_and_leaves_no_thread(fit_shell, no_new_threads):
+    fit_shell.user_ns["interrupt"] = Interrupt()
+    start = weights(fit_shell)
+    result = run(fit_shell, f"%%lms_fit --compare -q {LMS_ON_CPUS}\n"
+                            "model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[interrupt])")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert all(np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
+    assert run(fit_shell, "plain = model.fit(x, y, batch_size=16, epochs=1, verbose=0)").success
+    assert "train_step" not in fit_shell.user_ns["model"].__dict__
+
+
+def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp_path):
+    result = run(fit_shell, f"%%lms_fit --compare -q -o {LMS_ON_CPUS}\nmodel.fit(x, y, batch_size=16, epochs=1, verbose=0)")
+    out = capsys.readouterr().out  # only IPython's display of the returned value, as with %timeit -q -o
+    assert "%%lms_fit:" not in out and "LMS:" not in out and out.startswith("Out[")
+    summary = result.result.to_dict()
+    for variant in summary["variants"]:
+        assert set(variant) >= {"name", "status", "steps", "time_per_step_s", "host_peak_mib",
+                                "host_increment_mib", "gpus", "history", "swapped_bytes_per_step"}
+    assert json.loads(result.result.to_json())["variants"][0]["name"] == "no_lms"
+    page = tmp_path / "comparison.html"
+    result.result.save_html(page)
+    text = page.read_text()
+    assert "lms - no_lms" in text and "cdn.plot.ly" in text
+
+
+@pytest.mark.parametrize("options, words", [("--lb 0", "--lb must be"), ("--steps 0", "--steps must be"),
+                                            ("--budget lots", "--budget: not a memory size"),
+                                            ("--n-tensors -5", "--n-tensors must be")])
+def test_bad_options_are_usage_errors(fit_shell, options, words):
+    from IPython.core.error import UsageError
+
+    result = run(fit_shell, f"%%lms_fit {options}\nnot_run = 1")
+    assert isinstance(result.error_in_exec, UsageError) and words in str(result.error_in_exec)
+    assert "not_run" not in fit_shell.user_ns
+
+
+def test_a_cell_without_fit_says_so(fit_shell, capsys):
+    result = run(fit_shell, "%%lms_fit -o\nvalue = 3")
+    assert result.result.calls == [] and "called no fit" in str(result.result)
+
+
+def test_dashboard_shows_the_table_and_both_variants(fit_shell):
+    result = run(fit_shell, f"%%lms_fit --compare -q -o {LMS_ON_CPUS}\nmodel.fit(x, y, batch_size=16, epochs=1, verbose=0)")
+    dashboard = Dashboard(result.result)
+    assert [dashboard.widget.get_title(i) for i in range(3)] == list(TABS)
+    no_lms, lms = result.result.variants
+    assert f"{lms.final('loss'):.6f}" in dashboard.summary.value and "lms - no_lms" in dashboard.summary.value
+    memory, training = dashboard.figures
+    assert {t.name for t in memory.data} >= {"no_lms: host RSS", "lms: host RSS"}
+    assert [t.name for t in training.data] == ["no_lms: loss", "lms: loss"]
+    assert len(training.data[1].y) == lms.steps

@@ -20,12 +20,13 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 demo: $(STAMP)
-	$(BIN)/python notebooks/run_demo.py --out build
+	$(BIN)/python notebooks/run_demo.py --out build --param N_ROWS=20_000 --param IMAGE_SIZE=128
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/load_time.py
 	$(BIN)/python benchmarks/sampler_overhead.py
 	$(BIN)/python benchmarks/lms_predict.py
+	$(BIN)/python benchmarks/lms_fit_overhead.py
 
 clean:
 	rm -rf build .pytest_cache

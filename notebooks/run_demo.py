@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
 HERE = pathlib.Path(__file__).parent
-DEMOS = ["gpumem_demo.ipynb"]
+DEMOS = ["gpumem_demo.ipynb", "lms_demo.ipynb", "large_images.ipynb"]
 REPORT_LINE = re.compile(r"^(host: |GPU \d|note: |partial: |peak memory: )")
 
 
@@ -32,9 +32,10 @@ def set_parameters(notebook, overrides: dict[str, str]) -> None:
 
 def run(path: pathlib.Path, out_dir: pathlib.Path, overrides: dict[str, str], timeout_s: int = 1200):
     notebook = nbformat.read(path, as_version=4)
-    set_parameters(notebook, overrides)
+    parameters = next(c for c in notebook.cells if c.cell_type == "code").source
+    set_parameters(notebook, {k: v for k, v in overrides.items() if re.search(rf"^{re.escape(k)}\s*=", parameters, re.M)})
     started = time.perf_counter()
-    NotebookClient(notebook, timeout=timeout_s, kernel_name="python3",
+    NotebookClient(notebook, timeout=timeout_s, kernel_name="python3", store_widget_state=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     elapsed_s = time.perf_counter() - started
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -46,8 +47,9 @@ def run(path: pathlib.Path, out_dir: pathlib.Path, overrides: dict[str, str], ti
         if cell.cell_type != "code":
             continue
         first_line = cell.source.splitlines()[0] if cell.source else ""
+        printing = "print(" in cell.source
         lines = [line for output in cell.get("outputs", []) if output.get("output_type") == "stream"
-                 for line in output.get("text", "").splitlines() if REPORT_LINE.match(line)]
+                 for line in output.get("text", "").splitlines() if printing or REPORT_LINE.match(line)]
         if lines:
             print(f"-- {first_line}")
             print("\n".join(f"   {line}" for line in lines))

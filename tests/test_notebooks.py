@@ -8,17 +8,43 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_gpumem_demo_runs_and_reports(tmp_path, capsys):
+def run_notebook(name, tmp_path, parameters):
     sys.path.insert(0, str(ROOT / "notebooks"))
     try:
         import run_demo
     finally:
         sys.path.pop(0)
-    notebook = run_demo.run(ROOT / "notebooks" / "gpumem_demo.ipynb", tmp_path, {"ARRAY_MIB": "32"})
+    notebook = run_demo.run(ROOT / "notebooks" / name, tmp_path, parameters, timeout_s=300)
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
+    assert not errors, errors
+    return notebook
+
+
+@pytest.mark.slow
+def test_gpumem_demo_runs_and_reports(tmp_path, capsys):
+    run_notebook("gpumem_demo.ipynb", tmp_path, {"ARRAY_MIB": "32"})
     printed = capsys.readouterr().out
     assert printed.count("host: peak memory") >= 3
     assert "TensorFlow allocator peak" in printed
     assert (tmp_path / "gpumem_demo.html").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_lms_demo_compares_fairly_headless(tmp_path, capsys):
+    notebook = run_notebook("lms_demo.ipynb", tmp_path, {"N_ROWS": "2_000"})
+    printed = capsys.readouterr().out
+    assert "lms - no_lms" in printed and "test accuracy" in printed
+    loss_row = next(line for line in printed.splitlines() if "final loss" in line).split()
+    assert loss_row[2] == loss_row[3]  # the same loss with and without LMS
+    widgets = [o for c in notebook.cells for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert widgets, "the dashboard was not displayed"
+    assert (tmp_path / "lms_demo.html").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_large_images_notebook_predicts_a_lower_peak(tmp_path, capsys):
+    run_notebook("large_images.ipynb", tmp_path, {"IMAGE_SIZE": "64", "STEPS": "3"})
+    line = next(line for line in capsys.readouterr().out.splitlines() if "predicted accelerator peak" in line)
+    with_lms, without = [float(part.split()[0]) for part in line.split(":")[1].split(",")[:2]]
+    assert with_lms < without

@@ -8,7 +8,7 @@ front end exists (terminal IPython), :func:`show` prints the table instead.
 
 from __future__ import annotations
 
-from .plots import display_figure, fit_figures
+from .plots import figure_bundle, fit_figures
 
 TABS = ("Summary", "Memory", "Training")
 
@@ -30,9 +30,10 @@ class Dashboard:
         self.summary = widgets.HTML(value=result._repr_html_())
         outputs = []
         for figure in self.figures:
+            # Set, not captured with `with output:`: capture ties the widget to the running
+            # cell's messages, which headless runners (nbclient) wait on.
             output = widgets.Output()
-            with output:
-                display_figure(figure)
+            output.outputs = ({"output_type": "display_data", "data": figure_bundle(figure), "metadata": {}},)
             outputs.append(output)
         self.widget = widgets.Tab(children=[self.summary, *outputs])
         for index, title in enumerate(TABS):

@@ -54,18 +54,22 @@ def memory_timeline_figure(report: MemoryReport):
     return figure
 
 
-def display_figure(figure) -> None:
-    """Shows a figure in every front end: plotly's own mimetype for JupyterLab and
-    VS Code, and an HTML version (plotly.js from its CDN) for Colab, Kaggle and
-    notebooks exported to HTML."""
-    from IPython.display import display
-
-    bundle = {
+def figure_bundle(figure) -> dict:
+    """A figure as a display bundle for every front end: plotly's own mimetype for
+    JupyterLab and VS Code, and an HTML version (plotly.js from its CDN) for Colab,
+    Kaggle and notebooks exported to HTML."""
+    return {
         "application/vnd.plotly.v1+json": figure.to_plotly_json(),
         "text/html": figure.to_html(full_html=False, include_plotlyjs="cdn"),
         "text/plain": f"<plotly Figure: {', '.join(trace.name or '' for trace in figure.data)}>",
     }
-    display(bundle, raw=True)
+
+
+def display_figure(figure) -> None:
+    """Shows a figure in every front end (see :func:`figure_bundle`)."""
+    from IPython.display import display
+
+    display(figure_bundle(figure), raw=True)
 
 
 def fit_figures(result) -> list:

@@ -16,7 +16,7 @@ class TrainingState:
         >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
         >>> model.compile("adam", "mse")
         >>> state = TrainingState.capture(model)
-        >>> model.layers[0].kernel.assign([[5.0], [5.0]])
+        >>> _ = model.layers[0].kernel.assign([[5.0], [5.0]])
         >>> state.restore()
         >>> bool((model.layers[0].kernel.numpy() != 5.0).all())
         True

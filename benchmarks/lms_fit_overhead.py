@@ -6,7 +6,6 @@ time per step (the first step, which traces, excluded). Goal: ratio <= 1.02.
 
 import os
 import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -37,7 +36,6 @@ def main(rounds: int = 8) -> None:
     for index in range(rounds):
         order = [("plain", FIT), ("magic", "%%lms_fit -q --n-tensors 0\n" + FIT)]
         for name, source in (order if index % 2 == 0 else order[::-1]):
-            started = time.perf_counter()
             assert shell.run_cell(source).success
             per_step = statistics.median(shell.user_ns["steps"].times[1:])
             (plain if name == "plain" else magic).append(per_step)

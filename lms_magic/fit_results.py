@@ -74,8 +74,7 @@ ROWS = [  # (label, function of a variant, format)
     ("samples/s", lambda v: v.samples_per_s, "{:.0f}"),
     ("host peak (MiB)", lambda v: v.memory.host and v.memory.host.peak_bytes / MIB, "{:.1f}"),
     ("host increment (MiB)", lambda v: v.memory.host and v.memory.host.increment_bytes / MIB, "{:.1f}"),
-    ("GPU used peak (MiB)", lambda v: max((g.peak_bytes for g in v.memory.gpus), default=None) and
-     max(g.peak_bytes for g in v.memory.gpus) / MIB, "{:.1f}"),
+    ("GPU used peak (MiB)", lambda v: max((g.peak_bytes / MIB for g in v.memory.gpus), default=None), "{:.1f}"),
     ("allocator peak (MiB)", _allocator_peak_mib, "{:.1f}"),
     ("final loss", lambda v: v.final("loss"), "{:.6f}"),
     ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else

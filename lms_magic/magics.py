@@ -8,6 +8,7 @@ from IPython.core.magic import (Magics, cell_magic, line_cell_magic, magics_clas
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .cell import CompiledCell
+from .lms.plan import DEFAULT_MIN_BYTES
 from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError, profiling
 from .options import split_options
 
@@ -25,7 +26,6 @@ def _parse_devices(text: str | None) -> list[int] | None:
 
 
 MAGIC_NAMES = ("gpumem", "lms_fit")
-DEFAULT_MIN_BYTES = 64 * 1024
 
 
 def register(shell) -> None:

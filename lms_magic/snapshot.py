@@ -43,7 +43,3 @@ class TrainingState:
     def restore(self) -> None:
         for variable, value in self._pairs:
             variable.assign(value)
-
-    def equals(self, model) -> bool:
-        """Whether the model's variables hold exactly the captured values."""
-        return all(np.array_equal(variable.numpy(), value) for variable, value in self._pairs)

@@ -6,7 +6,6 @@ Playwright is missing. Saves a screenshot to build/dashboard.png.
 
 import importlib.util
 import pathlib
-import shutil
 import socket
 import subprocess
 import sys

@@ -9,12 +9,11 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 from tensorflow.python.framework.func_graph import FuncGraph
 
-from .plan import BudgetError, Selection, fewest_swaps_within, parse_bytes
+from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, fewest_swaps_within, parse_bytes
 from .predict import TracedStep, executed_transient_peaks, train_partitions, variables_bytes
 from .tensorflow import GraphOptions, find_candidates, insert_swaps, layer_resolver, static_bytes
 
 MIB = 2**20
-DEFAULT_MIN_BYTES = 64 * 1024
 _said_no_gpu = False
 
 
@@ -217,12 +216,12 @@ class LMS(keras.callbacks.Callback):
             finally:
                 self.budget_bytes = budget
             notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
-        batch = step.batch_size
-        traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
-                        persistent + step.predicted_transient_peak([]))
         if "records" in self.stats:
             insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
+        batch = step.batch_size
+        traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
+                        persistent + step.predicted_transient_peak([]))
         records = insert_swaps(graph, chosen_items, self.host_device)
         self._step = TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self.stats.update({
@@ -288,8 +287,8 @@ class LMS(keras.callbacks.Callback):
 class LMSKerasCallback(LMS):
     """TFLMS's ``LMSKerasCallback`` names, mapped onto :class:`LMS`.
 
-    Accepts ``n_tensors``, ``lb``, ``starting_scope``/``starting_op_names``
-    (ignored, with a note), ``excl_scopes``/``incl_scopes`` (layer names),
+    Accepts ``n_tensors``, ``lb``, ``starting_scope``/``starting_op_names``/``ub``
+    (ignored, with a note in ``stats["notes"]``), ``excl_scopes``/``incl_scopes`` (layer names),
     ``excl_types``/``incl_types``, and ``cpu_device`` (the host device).
 
     Example:
@@ -302,6 +301,14 @@ class LMSKerasCallback(LMS):
         super().__init__(n_tensors=n_tensors, lb=lb, include_layers=tuple(incl_scopes),
                          exclude_layers=tuple(excl_scopes), include_types=tuple(incl_types),
                          exclude_types=tuple(excl_types), host_device=cpu_device, **options)
+        given = {"starting_scope": starting_scope, "starting_op_names": starting_op_names, "ub": ub}
+        self.ignored = sorted(name for name, value in given.items() if value is not None)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if self.ignored:
+            self.stats["notes"].append(f"ignored TFLMS option(s) {', '.join(self.ignored)}: candidates are found "
+                                       "from the gradient computation, in forward order")
 
 
 class _GuardedTrainFunction:

@@ -111,11 +111,14 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
         for node in graph_nodes:  # host copies that only fed swap-ins
             if not on_device(node) and ("lms_swap" in node.name or node.op in ("_Recv", "_Send")):
                 removed.add(node.name)
+        receivers: dict[str, list] = {}
+        for node in graph_nodes:
+            if node.op == "_Recv":
+                receivers.setdefault(_tensor_name(node), []).append(node)
         for node in graph_nodes:
             if node.op == "_Send" and on_device(node) and node.input:
-                target = _tensor_name(node)
-                receivers = [n for n in graph_nodes if n.op == "_Recv" and _tensor_name(n) == target]
-                if receivers and all(r.name in removed for r in receivers):
+                readers = receivers.get(_tensor_name(node), [])
+                if readers and all(r.name in removed for r in readers):
                     removed.add(node.name)
 
     referenced: dict[str, int] = {}

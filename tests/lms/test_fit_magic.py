@@ -1,14 +1,12 @@
 """%%lms_fit through a real InteractiveShell: fairness, namespace, failures, outputs."""
 
 import json
-import threading
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from lms_magic.fit_results import LmsFitResult
 from lms_magic.ui.dashboard import TABS, Dashboard
 
 LMS_ON_CPUS = "--device /CPU:0 --host-device /CPU:1 --min-bytes 0"
@@ -93,9 +91,6 @@ class OutOfMemoryIn(keras.callbacks.Callback):
         has_lms = any(type(c).__name__ == "LMS" for c in self._callbacks)
         if batch == 2 and self.variant == ("lms" if has_lms else "no_lms"):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
-
-    def set_params(self, params):
-        super().set_params(params)
 
 
 def install_oom(shell, variant):

@@ -138,9 +138,11 @@ def test_bad_options_say_what_to_do(options, words):
 
 def test_tflms_names_work_through_the_alias(lms_options):
     callback = LMSKerasCallback(n_tensors=3, lb=2, excl_types=("Dense",), cpu_device="/CPU:1", device="/CPU:0",
-                                min_bytes=0, verbose=0)
+                                min_bytes=0, verbose=0, starting_scope="conv")
     fit(models.residual_bn_dropout(), [callback])
     assert callback.stats["swapped_tensors"] == 3 and callback.lb == 2
+    assert all(row["layer_type"] != "Dense" for row in callback.stats["plan"])
+    assert any("ignored TFLMS option(s) starting_scope" in note for note in callback.stats["notes"])
 
 
 def test_fit_generator_runs_old_code_with_lms(lms_options):

@@ -2,7 +2,6 @@
 
 from collections import deque
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -21,8 +21,10 @@ browser:
 	-test -x /usr/bin/chromium || (test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || true
 
+# Keras fixes its backend per process: the PyTorch backend's tests run in a second pytest.
 test: $(STAMP) browser
 	$(BIN)/python -m pytest
+	KERAS_BACKEND=torch $(BIN)/python -m pytest tests/torch_backend -p no:warnings
 
 demo: $(STAMP)
 	$(BIN)/python notebooks/run_demo.py --out build --param N_ROWS=20_000 --param IMAGE_SIZE=128
@@ -32,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sampler_overhead.py
 	$(BIN)/python benchmarks/lms_predict.py
 	$(BIN)/python benchmarks/lms_fit_overhead.py
+	$(BIN)/python benchmarks/lms_tune.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -23,10 +23,12 @@ _PUBLIC = {
     "MemoryProfiler": "lms_magic.memory.profile",
     "MemoryReport": "lms_magic.results",
     "LMS": "lms_magic.lms.callback",
-    "LMSKerasCallback": "lms_magic.lms.callback",
+    "LMSKerasCallback": "lms_magic.lms.tflms",
     "fit_generator": "lms_magic.legacy",
     "parse_bytes": "lms_magic.lms.plan",
     "predict_step": "lms_magic.lms.probe",
+    "autotune": "lms_magic.tuning",
+    "TuningSession": "lms_magic.tuning",
 }
 
 __all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension"]

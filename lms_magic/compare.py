@@ -122,6 +122,8 @@ class VariantRunner:
             raise ValueError("%%lms_fit --compare cannot replay a one-shot validation generator; pass a list of "
                              "batches, a keras.utils.PyDataset or a tf.data.Dataset as validation_data")
         recording = _Recording(data, keep_all=self.compare) if _one_shot(data) else None
+        if self.compare:
+            _build_for_training(model, args, kwargs)
         state = TrainingState.capture(model)
         seed = int(np.random.default_rng().integers(2**31 - 1))
         names = ["no_lms", "lms"] if self.compare else ["lms"]
@@ -159,6 +161,26 @@ class VariantRunner:
             state.restore()  # the model as it was before this fit: consistent, not half-trained
         chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
         return chosen if chosen is not None else keras.callbacks.History(), results
+
+
+def _build_for_training(model, args: list, kwargs: dict) -> None:
+    """Builds the model's metrics and loss on one batch of array data, as a first ``fit`` does.
+
+    A first fit draws that batch from its own (shuffling) iterator, which on
+    the PyTorch backend moves the random state that the shuffling of the
+    *first* variant alone would then see. Built beforehand, both variants
+    start from the same random state.
+    """
+    build = getattr(model, "_symbolic_build", None)
+    x = args[0] if args else kwargs.get("x")
+    y = args[1] if len(args) > 1 else kwargs.get("y")
+    if build is None or not isinstance(x, np.ndarray):
+        return
+    take = kwargs.get("batch_size") or 32
+    try:
+        build(data_batch=(x[:take], None if y is None else np.asarray(y)[:take]))
+    except Exception:  # a best effort: the fit itself builds what this did not
+        pass
 
 
 def _replace_data(args: list, kwargs: dict, data):

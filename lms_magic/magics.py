@@ -11,6 +11,7 @@ from .cell import CompiledCell
 from .lms.plan import DEFAULT_MIN_BYTES
 from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError, profiling
 from .options import split_options
+from .tune_magic import LmsTuneMagics
 
 
 def _parse_devices(text: str | None) -> list[int] | None:
@@ -25,13 +26,14 @@ def _parse_devices(text: str | None) -> list[int] | None:
     return devices
 
 
-MAGIC_NAMES = ("gpumem", "lms_fit")
+MAGIC_NAMES = ("gpumem", "lms_fit", "lms_tune")
 
 
 def register(shell) -> None:
     """Registers the magics with ``shell`` (called by ``%load_ext lms_magic``)."""
     shell.register_magics(GpuMemMagics)
     shell.register_magics(LmsFitMagics)
+    shell.register_magics(LmsTuneMagics)
 
 
 def unregister(shell) -> None:
@@ -40,7 +42,7 @@ def unregister(shell) -> None:
     for kind in ("line", "cell"):
         for name in MAGIC_NAMES:
             manager.magics[kind].pop(name, None)
-    for magics in (GpuMemMagics, LmsFitMagics):
+    for magics in (GpuMemMagics, LmsFitMagics, LmsTuneMagics):
         manager.registry.pop(magics.__name__, None)
 
 
@@ -136,8 +138,10 @@ class LmsFitMagics(Magics):
     """``%%lms_fit``: train with Large Model Support, and compare fairly with plain training."""
 
     @magic_arguments()
-    @argument("--n-tensors", type=int, default=-1, help="tensors to swap: -1 all (default), 0 none, N the first N")
-    @argument("--lb", type=int, default=1, help="swap in this many backward ops ahead of the consumer (default 1)")
+    @argument("--n-tensors", type=int, default=None,
+              help="tensors to swap: -1 all (default, or what %%lms_tune's Apply chose), 0 none, N the first N")
+    @argument("--lb", type=int, default=None,
+              help="swap in this many backward ops ahead of the consumer (default 1, or %%lms_tune's Apply)")
     @argument("--budget", default=None, help="device memory to stay under, e.g. 6GiB (overrides --n-tensors)")
     @argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="leave smaller tensors alone (default 65536)")
     @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
@@ -201,6 +205,13 @@ class LmsFitMagics(Magics):
 
     @staticmethod
     def _lms_options(args) -> dict:
+        from .ui.tuner import applied_options
+
+        applied = applied_options()
+        if args.n_tensors is None:
+            args.n_tensors = applied.get("n_tensors", -1)
+        if args.lb is None:
+            args.lb = applied.get("lb", 1)
         if args.lb < 1:
             raise UsageError(f"--lb must be a whole number >= 1, got {args.lb}")
         if args.n_tensors < -1:

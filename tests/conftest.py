@@ -20,6 +20,13 @@ def _gpu_available() -> bool:
         return False
 
 
+def pytest_ignore_collect(collection_path, config):
+    """tests/torch_backend runs in its own pytest run with KERAS_BACKEND=torch (Keras picks one backend a process)."""
+    if "torch_backend" in collection_path.parts and os.environ.get("KERAS_BACKEND") != "torch":
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     if any("gpu" in item.keywords for item in items) and not _gpu_available():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU (NVML finds none on this machine)")

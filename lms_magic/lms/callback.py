@@ -1,17 +1,31 @@
-"""The ``LMS`` Keras callback: Large Model Support for Keras 3 on TensorFlow."""
+"""The ``LMS`` Keras callback: Large Model Support for Keras 3 (TensorFlow, and PyTorch via torch_offload)."""
 
 from __future__ import annotations
 
 import time
 
+import importlib
+
 import keras
-import tensorflow as tf
-from tensorflow.python.eager import context
-from tensorflow.python.framework.func_graph import FuncGraph
 
 from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, fewest_swaps_within, parse_bytes
-from .predict import TracedStep, executed_transient_peaks, train_partitions, variables_bytes
-from .tensorflow import GraphOptions, find_candidates, insert_swaps, layer_resolver, static_bytes
+
+
+class _Lazy:
+    """A module imported on first use: LMS on the PyTorch backend never imports TensorFlow."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+tf = _Lazy("tensorflow")
+context = _Lazy("tensorflow.python.eager.context")
+_func_graph = _Lazy("tensorflow.python.framework.func_graph")
+_predict = _Lazy("lms_magic.lms.predict")
+_graph = _Lazy("lms_magic.lms.tensorflow")
 
 MIB = 2**20
 _said_no_gpu = False
@@ -71,7 +85,8 @@ class LMS(keras.callbacks.Callback):
         self.device, self.host_device, self.verbose = device, host_device, verbose
         self.batch_size_hint = batch_size_hint
         self.stats = self._empty_stats("not trained yet")
-        self._options = GraphOptions()
+        self._options = None
+        self._torch = None  # the PyTorch backend's offloader, when training on it
         self._patched = False
         self._armed = False
 
@@ -101,11 +116,17 @@ class LMS(keras.callbacks.Callback):
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self._restore()
-        if keras.backend.backend() != "tensorflow":
-            raise RuntimeError(f"LMS runs on Keras's TensorFlow backend; this Keras uses {keras.backend.backend()!r}")
+        backend = keras.backend.backend()
+        if backend not in ("tensorflow", "torch"):
+            from .jax_offload import unsupported_message
+
+            raise RuntimeError(unsupported_message(backend))
         self.stats = self._empty_stats("")
         if self.selection.n_tensors == 0 and self.budget_bytes is None:
             self.stats["reason"] = "n_tensors=0: LMS is off"
+            return
+        if backend == "torch":
+            self._begin_torch()
             return
         self._device = self._resolve_device()
         if self._device is None:
@@ -119,10 +140,11 @@ class LMS(keras.callbacks.Callback):
         if model.jit_compile:
             self.stats["notes"].append("XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering")
         model._jit_compile = False
+        self._options = _graph.GraphOptions()
         self._options.apply()
         self._traces = {}
         self._summary_due = True
-        self._layer_of = layer_resolver(model)
+        self._layer_of = _graph.layer_resolver(model)
         self._batch_hint = None
         self._budget_checked = False
         object.__setattr__(model, "train_step", self._wrap(model.train_step))
@@ -137,12 +159,37 @@ class LMS(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self._patched and self._summary_due:
             self._summary_due = False
-            self._read_executed_graph()
+            if self._torch is not None:
+                found = self._torch.stats()
+                found["notes"] = self.stats["notes"] + found["notes"]
+                self.stats.update(found)
+            else:
+                self._read_executed_graph()
             if self.verbose:
                 print(self.summary())
 
     def on_train_end(self, logs=None):
         self._restore()
+
+    def _begin_torch(self) -> None:
+        """PyTorch backend: saved activations go to pinned host memory through autograd's hooks."""
+        from .torch_offload import TorchOffloader
+
+        model = self.model
+        self._torch = TorchOffloader(self.selection, self.lb, self.budget_bytes, self.device, self.verbose)
+        self._device = str(self._torch.device)
+        self._saved_step = model.__dict__.get("train_step")
+        self._saved_jit = model._jit_compile
+        if model.jit_compile:
+            self.stats["notes"].append("torch.compile (jit_compile) is off while LMS trains: it traces its own "
+                                       "graph around autograd's saved-tensor hooks")
+        model._jit_compile = False
+        original = model.train_step
+        object.__setattr__(model, "train_step", lambda data: self._torch.run(original, data))
+        self._patched = True
+        self._summary_due = True
+        model.make_train_function(force=True)
+        model.train_function = _GuardedTrainFunction(model.train_function, self)
 
     # -- the rewrite -------------------------------------------------------------------------
     def _wrap(self, original):
@@ -150,7 +197,7 @@ class LMS(keras.callbacks.Callback):
 
         def lms_train_step(data):
             graph = tf.compat.v1.get_default_graph()
-            if not isinstance(graph, FuncGraph):
+            if not isinstance(graph, _func_graph.FuncGraph):
                 return original(data)
             if self.budget_bytes is not None and not self._budget_checked:
                 self._check_budget(original, data)
@@ -187,14 +234,14 @@ class LMS(keras.callbacks.Callback):
         hint = self.batch_size_hint() if callable(self.batch_size_hint) else self.batch_size_hint
         batch = batch or self._batch_hint or hint
         self._batch_hint = self._batch_hint or batch
-        candidates, notes = find_candidates(ops, self._layer_of, self.lb, batch)
+        candidates, notes = _graph.find_candidates(ops, self._layer_of, self.lb, batch)
         if batch is None:
             notes.append("the batch size is unknown when TensorFlow traces this data (a generator?), so tensor "
                          "sizes are unknown and nothing is swapped; pass batch_size_hint=...")
         by_tensor = {item.candidate.tensor: item for item in candidates}
-        input_bytes = [static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-        step = TracedStep(ops, batch, self.host_device, input_bytes)
-        persistent = variables_bytes(self.model)
+        input_bytes = [_graph.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
+        step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
+        persistent = _predict.variables_bytes(self.model)
         eligible = self.selection.eligible([item.candidate for item in candidates])
         if self.budget_bytes is not None:
             chosen = fewest_swaps_within(
@@ -217,13 +264,13 @@ class LMS(keras.callbacks.Callback):
                 self.budget_bytes = budget
             notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
         if "records" in self.stats:
-            insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
+            _graph.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
         batch = step.batch_size
         traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
                         persistent + step.predicted_transient_peak([]))
-        records = insert_swaps(graph, chosen_items, self.host_device)
-        self._step = TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
+        records = _graph.insert_swaps(graph, chosen_items, self.host_device)
+        self._step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self.stats.update({
             "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
             "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
@@ -239,14 +286,14 @@ class LMS(keras.callbacks.Callback):
     def _read_executed_graph(self) -> None:
         ctx = context.context()
         try:
-            partitions = train_partitions(ctx.export_run_metadata())
+            partitions = _predict.train_partitions(ctx.export_run_metadata())
         finally:
             ctx.disable_run_metadata()
         if not partitions or not self.stats.get("active"):
             return
         self.stats["partition_graphs"] = partitions
         try:
-            with_lms, without_lms, unknown = executed_transient_peaks(partitions, self._device, self._step)
+            with_lms, without_lms, unknown = _predict.executed_transient_peaks(partitions, self._device, self._step)
         except Exception as error:  # a prediction must never stop training
             self.stats["notes"].append(f"prediction from the traced graph only: the executed graph could not be "
                                        f"replayed ({error})")
@@ -261,10 +308,22 @@ class LMS(keras.callbacks.Callback):
         stats = self.stats
         if not stats["active"]:
             return f"LMS: inactive ({stats['reason']})"
+        if self._torch is not None or stats.get("backend") == "torch":
+            return self._torch_summary()
         line = (f"LMS: swapping {stats['swapped_tensors']} of {stats['candidates']} tensors "
                 f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
                 f"predicted {self._device} peak {stats['device_peak_bytes'] / MIB:.1f} MiB with LMS, "
                 f"{stats['device_peak_bytes_without_lms'] / MIB:.1f} MiB without ({stats['prediction_source']})")
+        return "\n".join([line] + [f"LMS: {note}" for note in stats["notes"]])
+
+    def _torch_summary(self) -> str:
+        stats = self.stats
+        peak = stats["device_peak_bytes"]
+        line = (f"LMS (PyTorch): offloading {stats['swapped_tensors']} of {stats['candidates']} saved activations "
+                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb} layers) to "
+                f"{'pinned ' if stats.get('pinned') else ''}host memory; "
+                + (f"{self._device} peak {peak / MIB:.1f} MiB ({stats['prediction_source']})" if peak is not None
+                   else "no device peak (not a CUDA device)"))
         return "\n".join([line] + [f"LMS: {note}" for note in stats["notes"]])
 
     # -- restoring the model -----------------------------------------------------------------
@@ -280,35 +339,12 @@ class LMS(keras.callbacks.Callback):
             object.__setattr__(model, "train_step", self._saved_step)
         model._jit_compile = self._saved_jit
         model.train_function = None
+        if self._torch is not None:
+            self._torch.close()
+            self._torch = None
+            return
         self._options.restore()
         context.context().disable_run_metadata()
-
-
-class LMSKerasCallback(LMS):
-    """TFLMS's ``LMSKerasCallback`` names, mapped onto :class:`LMS`.
-
-    Accepts ``n_tensors``, ``lb``, ``starting_scope``/``starting_op_names``/``ub``
-    (ignored, with a note in ``stats["notes"]``), ``excl_scopes``/``incl_scopes`` (layer names),
-    ``excl_types``/``incl_types``, and ``cpu_device`` (the host device).
-
-    Example:
-        >>> LMSKerasCallback(n_tensors=4, lb=3, cpu_device="/cpu:0").lb
-        3
-    """
-
-    def __init__(self, n_tensors=-1, lb=1, starting_scope=None, starting_op_names=None, excl_scopes=(),
-                 incl_scopes=(), excl_types=(), incl_types=(), cpu_device="/CPU:0", ub=None, **options):
-        super().__init__(n_tensors=n_tensors, lb=lb, include_layers=tuple(incl_scopes),
-                         exclude_layers=tuple(excl_scopes), include_types=tuple(incl_types),
-                         exclude_types=tuple(excl_types), host_device=cpu_device, **options)
-        given = {"starting_scope": starting_scope, "starting_op_names": starting_op_names, "ub": ub}
-        self.ignored = sorted(name for name, value in given.items() if value is not None)
-
-    def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
-        if self.ignored:
-            self.stats["notes"].append(f"ignored TFLMS option(s) {', '.join(self.ignored)}: candidates are found "
-                                       "from the gradient computation, in forward order")
 
 
 class _GuardedTrainFunction:

@@ -9,11 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import tensorflow as tf
-
 from .plan import Selection
-from .predict import TracedStep, variables_bytes
-from .tensorflow import find_candidates, layer_resolver
+from .predictor import StepPredictor
 
 
 @dataclass
@@ -28,10 +25,6 @@ class StepPrediction:
     candidates: int
     trace_s: float
     plan_s: float
-
-
-def _with_batch(spec, batch_size: int):
-    return tf.TensorSpec([batch_size] + list(spec.shape[1:]), spec.dtype)
 
 
 def predict_step(model, sample, batch_size: int, n_tensors: int = -1, lb: int = 1, min_bytes: int = 0,
@@ -53,32 +46,23 @@ def predict_step(model, sample, batch_size: int, n_tensors: int = -1, lb: int = 
         >>> small.peak_bytes_with_lms <= small.peak_bytes_without_lms
         True
     """
-    if not model.compiled:
-        raise ValueError("predict_step needs a compiled model: call model.compile(...) first")
-    specs = tf.nest.map_structure(lambda t: _with_batch(tf.TensorSpec.from_tensor(tf.convert_to_tensor(t)),
-                                                        batch_size), tuple(sample))
+    predictor = StepPredictor(model, sample, Selection(min_bytes=min_bytes), host_device)
     started = time.perf_counter()
-    graph = tf.function(model.train_step, autograph=False).get_concrete_function(specs).graph
-    traced = time.perf_counter()
-    ops = graph.get_operations()
-    candidates, _ = find_candidates(ops, layer_resolver(model), lb, batch_size)
-    chosen = Selection(n_tensors=n_tensors, min_bytes=min_bytes).select([c.candidate for c in candidates])
-    by_tensor = {c.candidate.tensor: c for c in candidates}
-    input_bytes = [int(s.shape.num_elements()) * s.dtype.size for s in tf.nest.flatten(specs)]
-    step = TracedStep(ops, batch_size, host_device, input_bytes)
-    persistent = variables_bytes(model)
-    with_lms = persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in chosen])
-    without = persistent + step.predicted_transient_peak([])
-    return StepPrediction(batch_size, without, with_lms, len(chosen), sum(c.nbytes for c in chosen),
-                          len(candidates), traced - started, time.perf_counter() - traced)
+    prediction = predictor.predict(n_tensors, lb, batch_size)
+    return StepPrediction(batch_size, prediction.peak_bytes_without_lms, prediction.peak_bytes,
+                          prediction.n_tensors, prediction.swapped_bytes_per_step, prediction.candidates,
+                          predictor.trace_s, time.perf_counter() - started)
 
 
 def largest_batch(model, sample, memory_bytes: int, with_lms: bool, start: int = 8, limit: int = 4096,
                   **options) -> int:
     """The largest batch whose predicted peak fits ``memory_bytes`` (doubling, then bisection)."""
+    predictor = StepPredictor(model, sample, Selection(min_bytes=options.pop("min_bytes", 0)),
+                              options.pop("host_device", "/CPU:0"))
+
     def fits(batch: int) -> bool:
-        prediction = predict_step(model, sample, batch, **options)
-        peak = prediction.peak_bytes_with_lms if with_lms else prediction.peak_bytes_without_lms
+        prediction = predictor.predict(batch_size=batch, **options)
+        peak = prediction.peak_bytes if with_lms else prediction.peak_bytes_without_lms
         return peak <= memory_bytes
 
     if not fits(1):

@@ -1,0 +1,144 @@
+"""Instant predictions for any LMS setting: trace the train step once, replay on demand.
+
+The train step is traced once with an unknown batch dimension; each batch
+size gets its replay nodes once (about 0.15 s for ResNet-50), each
+(``lb``, batch size) its candidates once, and every prediction after that is
+one liveness replay (about 50 ms for ResNet-50's 9,000 ops), memoised. This
+is what the tuning sliders call, and what ``predict_step`` and the budget
+search use.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from .plan import BudgetError, Selection, fewest_swaps_within
+from .predict import TracedStep, variables_bytes
+from .tensorflow import find_candidates, layer_resolver
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predicted device memory of one train step under one LMS setting (bytes)."""
+
+    batch_size: int
+    n_tensors: int  # swapped (after -1 is resolved)
+    lb: int
+    peak_bytes: int
+    peak_bytes_without_lms: int
+    swapped_bytes_per_step: int  # copied out, and the same again copied back in
+    candidates: int
+    persistent_bytes: int
+
+
+def _specs(sample):
+    """TensorSpecs of a batch with the batch dimension unknown."""
+    def spec(value):
+        tensor = tf.convert_to_tensor(value)
+        return tf.TensorSpec([None] + tensor.shape.as_list()[1:], tensor.dtype)
+
+    return tf.nest.map_structure(spec, tuple(sample))
+
+
+class StepPredictor:
+    """Predicts a model's train-step peak for any batch size, ``n_tensors`` and ``lb``.
+
+    Args:
+        model: a compiled Keras model (TensorFlow backend).
+        sample: one batch ``(x, y)`` or ``(x, y, sample_weight)`` of any size
+            (it gives the shapes and dtypes).
+        selection: the static filters (``min_bytes``, layers); its
+            ``n_tensors`` is ignored. Defaults to all sizes, all layers.
+        host_device: where swapped tensors wait. Defaults to "/CPU:0".
+
+    Raises:
+        ValueError: the model is not compiled, or the sample has no batch.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+        ...                           keras.layers.Dense(256, activation="relu"), keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> predictor = StepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
+        >>> few, many = predictor.predict(0, batch_size=1024), predictor.predict(-1, batch_size=1024)
+        >>> many.peak_bytes < few.peak_bytes == few.peak_bytes_without_lms
+        True
+    """
+
+    def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0"):
+        if not getattr(model, "compiled", False):
+            raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
+        self.selection = selection or Selection()
+        self.host_device = host_device
+        self.specs = _specs(sample)
+        started = time.perf_counter()
+        graph = tf.function(model.train_step, autograph=False).get_concrete_function(self.specs).graph
+        self.trace_s = time.perf_counter() - started
+        self._ops = graph.get_operations()
+        self._layer_of = layer_resolver(model)
+        self.persistent_bytes = variables_bytes(model)
+        self._steps: dict[int, TracedStep] = {}
+        self._candidates: dict[tuple[int, int], list] = {}
+        self._peaks: dict[tuple[int, int, int], int] = {}
+
+    def _step(self, batch_size: int) -> TracedStep:
+        if batch_size not in self._steps:
+            input_bytes = []
+            for spec in tf.nest.flatten(self.specs):
+                per_sample = 1
+                for dim in spec.shape[1:]:
+                    per_sample *= int(dim)
+                input_bytes.append(per_sample * batch_size * spec.dtype.size)
+            self._steps[batch_size] = TracedStep(self._ops, batch_size, self.host_device, input_bytes)
+        return self._steps[batch_size]
+
+    def candidates(self, lb: int, batch_size: int) -> list:
+        """The eligible candidates (TensorCandidate) at this ``lb`` and batch size, in forward order."""
+        _check(lb, batch_size)
+        key = (lb, batch_size)
+        if key not in self._candidates:
+            found, _ = find_candidates(self._ops, self._layer_of, lb, batch_size)
+            by_tensor = {item.candidate.tensor: item for item in found}
+            self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
+        return self._candidates[key]
+
+    def _peak(self, lb: int, batch_size: int, count: int) -> int:
+        key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing
+        if key not in self._peaks:
+            chosen = self.candidates(lb, batch_size)[:count]
+            self._peaks[key] = self.persistent_bytes + self._step(batch_size).predicted_transient_peak(chosen)
+        return self._peaks[key]
+
+    def predict(self, n_tensors: int = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
+        """The predicted peak with the first ``n_tensors`` candidates swapped (-1: all)."""
+        eligible = self.candidates(lb, batch_size)
+        count = len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
+        return Prediction(batch_size, count, lb, self._peak(lb, batch_size, count), self._peak(lb, batch_size, 0),
+                          sum(item.candidate.nbytes for item in eligible[:count]), len(eligible),
+                          self.persistent_bytes)
+
+    def fewest_swaps(self, budget_bytes: int, lb: int = 1, batch_size: int = 32) -> int:
+        """The fewest tensors to swap for a predicted peak within ``budget_bytes``.
+
+        Raises:
+            BudgetError: even swapping every candidate does not fit (the
+                message says what to try).
+        """
+        eligible = self.candidates(lb, batch_size)
+        plain = [item.candidate for item in eligible]
+        if self.persistent_bytes > budget_bytes:
+            raise BudgetError(f"the model's weights and optimizer state alone take "
+                              f"{self.persistent_bytes / 2**20:.1f} MiB, above the budget of "
+                              f"{budget_bytes / 2**20:.1f} MiB; LMS swaps activations, not weights: "
+                              "raise the budget or use a smaller model")
+        return len(fewest_swaps_within(plain, budget_bytes, lambda chosen: self._peak(lb, batch_size, len(chosen))))
+
+
+def _check(lb: int, batch_size: int) -> None:
+    if not isinstance(lb, int) or lb < 1:
+        raise ValueError(f"lb must be a whole number >= 1, got {lb!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"the batch size must be a whole number >= 1, got {batch_size!r}")

@@ -1,0 +1,133 @@
+"""Measured trials: K training steps under one LMS setting, from one saved start.
+
+Every trial starts from the same weights, optimizer state and random seed and
+trains on the same batches (the first ``batch_size * (steps + 1)`` samples, in
+order); the first step traces and rewrites, so it is not timed. After every
+trial, and whatever happens in it, the model is put back as it was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..snapshot import TrainingState
+from .search import Setting, Trial
+
+
+def _gpus() -> list[str]:
+    import tensorflow as tf
+
+    return ["/" + d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+
+
+def take_samples(data, count: int):
+    """The first ``count`` samples of ``data`` as a tuple of arrays (cycled when there are fewer).
+
+    ``data`` is ``(x, y)`` or ``(x, y, sample_weight)`` of arrays (or dicts of
+    arrays), or a ``tf.data.Dataset`` of batches or samples.
+
+    Raises:
+        ValueError: no data, or data of another kind (the message says what to pass).
+
+    Example:
+        >>> import numpy as np
+        >>> x, y = take_samples((np.arange(3.0)[:, None], np.arange(3)), 5)
+        >>> x[:, 0].tolist(), y.tolist()
+        ([0.0, 1.0, 2.0, 0.0, 1.0], [0, 1, 2, 0, 1])
+    """
+    import tensorflow as tf
+
+    if data is None:
+        raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
+    if isinstance(data, tf.data.Dataset):
+        spec = data.element_spec
+        leaf = tf.nest.flatten(spec)[0]
+        samples = data.unbatch() if leaf.shape.rank and leaf.shape[0] is None else data
+        data = next(iter(samples.take(count).batch(count).as_numpy_iterator()))
+    if not isinstance(data, (tuple, list)) or not 1 <= len(data) <= 3:
+        raise ValueError("data must be (x, y) or (x, y, sample_weight) arrays, or a tf.data.Dataset; "
+                         f"got {type(data).__name__}")
+    arrays = tf.nest.map_structure(np.asarray, tuple(data))
+    first = tf.nest.flatten(arrays)[0]
+    if first.ndim == 0 or len(first) == 0:
+        raise ValueError("the data holds no samples")
+    index = np.arange(count) % len(first)
+    return tf.nest.map_structure(lambda a: a[index], arrays)
+
+
+class TrialRunner:
+    """Measures LMS settings on ``model``: time per step and device peak.
+
+    Args:
+        model: a compiled Keras model (TensorFlow backend).
+        data: as for :func:`take_samples`.
+        steps: timed steps per trial (one more runs first, untimed).
+        lms_options: more :class:`lms_magic.LMS` options (``min_bytes``,
+            ``device``, ``host_device``...).
+        predictor: a :class:`StepPredictor`, for the peak when no GPU measures one.
+
+    On a GPU the peak is TensorFlow's allocator peak for the trial
+    (``peak_source`` says "measured"). Without one the trials train on the CPU
+    in the accelerator role and the peak is the liveness replay of the graph
+    that ran, so ``gpu`` is False and the times are not GPU times.
+    """
+
+    def __init__(self, model, data, steps: int = 5, lms_options: dict | None = None, predictor=None):
+        if not getattr(model, "compiled", False):
+            raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
+        take_samples(data, 1)  # refuse bad data before anything runs
+        self.model, self.data, self.steps = model, data, steps
+        self.options = dict(lms_options or {})
+        gpus = _gpus()
+        self.gpu = bool(gpus) and not str(self.options.get("device") or "/GPU").upper().startswith("/CPU")
+        self.device = self.options.pop("device", None) or (gpus[0] if gpus else "/CPU:0")
+        self.predictor = predictor
+        self.state = TrainingState.capture(model)
+        self.seed = 1234
+
+    @property
+    def peak_source(self) -> str:
+        return "measured (TensorFlow allocator)" if self.gpu else "predicted from the executed graph (no GPU)"
+
+    def measure(self, setting: Setting) -> Trial:
+        """Trains ``steps + 1`` steps with ``setting``; the model ends as it started."""
+        import keras
+        import tensorflow as tf
+
+        from ..compare import StepRecorder, is_out_of_memory
+        from .callback import LMS
+
+        if setting.batch_size < 1:
+            raise ValueError(f"the batch size must be at least 1, got {setting.batch_size}")
+        arrays = take_samples(self.data, setting.batch_size * (self.steps + 1))
+        recorder = StepRecorder(self.steps + 1)
+        lms = None
+        if setting.n_tensors != 0:
+            lms = LMS(n_tensors=setting.n_tensors, lb=setting.lb, device=self.device, verbose=0, **self.options)
+        self.state.restore()
+        keras.utils.set_random_seed(self.seed)
+        if self.gpu:
+            tf.config.experimental.reset_memory_stats(self.device.strip("/"))
+        try:
+            self.model.fit(*arrays, batch_size=setting.batch_size, epochs=1, shuffle=False, verbose=0,
+                           callbacks=[recorder] + ([lms] if lms else []))
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            return Trial(setting, "oom", message=f"out of memory: {str(error).splitlines()[0][:200]}")
+        finally:
+            self.state.restore()
+        return Trial(setting, "ok", step_s=recorder.time_per_step_s(), peak_bytes=self._peak(setting, lms))
+
+    def _peak(self, setting: Setting, lms) -> int | None:
+        import tensorflow as tf
+
+        if self.gpu:
+            return int(tf.config.experimental.get_memory_info(self.device.strip("/"))["peak"])
+        if lms is not None and lms.stats.get("device_peak_bytes"):
+            return int(lms.stats["device_peak_bytes"])
+        if self.predictor is not None:
+            return self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size).peak_bytes
+        return None

@@ -1,0 +1,194 @@
+"""Tuning LMS: instant predictions for any setting, measured trials, and autotune.
+
+A :class:`TuningSession` holds what the sliders and buttons of ``%lms_tune``
+need: one :class:`~lms_magic.lms.predictor.StepPredictor` (the liveness
+replay that ``LMS`` reports, traced once), one
+:class:`~lms_magic.lms.trials.TrialRunner` (K steps from one saved start),
+the host link bandwidth, and the trials so far. :func:`autotune` is the same
+search as a Python call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .lms.plan import DEFAULT_MIN_BYTES, BudgetError, Selection, parse_bytes
+from .lms.search import SearchResult, Setting, Trial, default_n_values, pattern_search
+
+DEFAULT_LB_VALUES = (1, 2, 3, 4)
+
+
+def step_time_lower_bound(compute_s: float | None, moved_bytes: int, bytes_per_s: float) -> float:
+    """No step is faster than its compute, nor than the time its copies take on the link.
+
+    Example:
+        >>> step_time_lower_bound(0.2, 3 * 10**9, 12e9), step_time_lower_bound(None, 0, 12e9)
+        (0.25, 0.0)
+    """
+    return max(compute_s or 0.0, moved_bytes / bytes_per_s)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a slider move shows: the prediction and the step-time lower bound."""
+
+    setting: Setting
+    peak_bytes: int
+    peak_bytes_without_lms: int
+    swapped_tensors: int
+    swapped_bytes_per_step: int
+    candidates: int
+    transfer_s: float  # bytes out and back in, over the link
+    compute_s: float | None  # from the fastest measured trial, None before any
+    lower_bound_s: float
+    fits: bool | None  # within the budget (None: no budget)
+
+
+class TuningSession:
+    """The state behind the tuning widget and :func:`autotune`.
+
+    Args:
+        model: a compiled Keras model (TensorFlow backend).
+        data: ``(x, y)`` arrays or a ``tf.data.Dataset`` (see ``take_samples``).
+        batch_size: the batch size to start from.
+        budget: device memory to stay under ("6GiB" or bytes), or None.
+        steps: timed steps per measured trial.
+        min_bytes, device, host_device: as for :class:`lms_magic.LMS`.
+        bandwidth: a ``LinkBandwidth``; measured once per process if None.
+
+    Raises:
+        ValueError: not compiled, no data, a batch size below 1, or a budget
+            below the weights and optimizer state (the message says what to do).
+    """
+
+    def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
+                 min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str = "/CPU:0",
+                 bandwidth=None):
+        from .lms.predictor import StepPredictor
+        from .lms.trials import TrialRunner, take_samples
+        from .memory.bandwidth import host_link_bandwidth
+
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"the batch size must be a whole number >= 1, got {batch_size!r}")
+        if not getattr(model, "compiled", False):
+            raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
+        self.batch_size = batch_size
+        self.predictor = StepPredictor(model, take_samples(data, 2), Selection(min_bytes=min_bytes), host_device)
+        self.budget_bytes = None
+        self.set_budget(budget)
+        options = {"min_bytes": min_bytes, "host_device": host_device, "device": device}
+        self.runner = TrialRunner(model, data, steps, options, self.predictor)
+        self.bandwidth = bandwidth or host_link_bandwidth()
+        self.lms_options = {"min_bytes": min_bytes, "host_device": host_device, "device": device}
+        self.trials: list[Trial] = []
+
+    @property
+    def persistent_bytes(self) -> int:
+        return self.predictor.persistent_bytes
+
+    def set_budget(self, budget) -> None:
+        """Sets the budget (None: none); refuses one below the weights and optimizer state."""
+        budget_bytes = None if budget is None else parse_bytes(budget)
+        if budget_bytes is not None and budget_bytes < self.persistent_bytes:
+            raise ValueError(f"the budget {budget_bytes / 2**20:.1f} MiB is below the model's weights and optimizer "
+                             f"state ({self.persistent_bytes / 2**20:.1f} MiB), which LMS does not swap: "
+                             "raise the budget")
+        self.budget_bytes = budget_bytes
+
+    def compute_s(self, batch_size: int) -> float | None:
+        """The compute time of a step: the fastest measured step per sample, scaled to ``batch_size``."""
+        rates = [t.step_s / t.setting.batch_size for t in self.trials if t.ok]
+        return min(rates) * batch_size if rates else None
+
+    def estimate(self, setting: Setting) -> Estimate:
+        """The prediction for ``setting``: no training, one memoised replay."""
+        prediction = self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size)
+        moved = 2 * prediction.swapped_bytes_per_step
+        transfer_s = moved / self.bandwidth.slowest
+        compute_s = self.compute_s(setting.batch_size)
+        fits = None if self.budget_bytes is None else prediction.peak_bytes <= self.budget_bytes
+        return Estimate(setting, prediction.peak_bytes, prediction.peak_bytes_without_lms, prediction.n_tensors,
+                        prediction.swapped_bytes_per_step, prediction.candidates, transfer_s, compute_s,
+                        step_time_lower_bound(compute_s, moved, self.bandwidth.slowest), fits)
+
+    def measure(self, setting: Setting) -> Trial:
+        """Runs one trial (the model ends as it started) and keeps it."""
+        trial = self.runner.measure(setting)
+        trial.predicted_peak_bytes = self.predictor.predict(setting.n_tensors, setting.lb,
+                                                            setting.batch_size).peak_bytes
+        self.trials.append(trial)
+        return trial
+
+    def start(self, batch_size: int | None = None, lb: int = 1) -> Setting:
+        """Where autotune starts: the fewest swaps whose predicted peak fits the budget.
+
+        Raises:
+            BudgetError: even swapping every candidate does not fit.
+        """
+        batch_size = batch_size or self.batch_size
+        if self.budget_bytes is None:
+            return Setting(0, lb, batch_size)
+        return Setting(self.predictor.fewest_swaps(self.budget_bytes, lb, batch_size), lb, batch_size)
+
+    def autotune(self, max_trials: int = 12, batch_size: int | None = None, lb_values=DEFAULT_LB_VALUES,
+                 n_values=None, should_stop=lambda: False, on_trial=lambda trial: None,
+                 measure=None) -> SearchResult:
+        """Searches from :meth:`start` for the fastest measured setting within the budget.
+
+        ``measure`` replaces :meth:`measure` (to share trials with another search)."""
+        start = self.start(batch_size)
+        n_values = n_values or default_n_values(self.predictor.predict(-1, 1, start.batch_size).candidates,
+                                                start.n_tensors)
+
+        def predicted(setting: Setting) -> int:
+            return self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size).peak_bytes
+
+        return pattern_search(start, measure or self.measure, n_values, lb_values, max_trials, self.budget_bytes,
+                              predicted, should_stop, on_trial)
+
+    def lms_call(self, setting: Setting) -> str:
+        """The ``LMS(...)`` call for ``setting``, with the options that differ from the defaults."""
+        extra = {k: v for k, v in self.lms_options.items()
+                 if v != {"min_bytes": DEFAULT_MIN_BYTES, "host_device": "/CPU:0", "device": None}[k]}
+        return setting.lms_call(**extra)
+
+
+def autotune(model, data, budget=None, max_trials: int = 12, batch_size: int = 32, steps: int = 5,
+             **options) -> SearchResult:
+    """Finds the LMS setting with the best measured time per step within ``budget``.
+
+    Starts from the prediction (the fewest swaps that fit) and measures
+    neighbours (more or fewer tensors, larger or smaller ``lb``) until none is
+    faster or ``max_trials`` trials ran. Every trial starts from the same
+    weights, optimizer state, seed and batches; the model ends as it started.
+
+    Args:
+        model: a compiled Keras model (TensorFlow backend).
+        data: ``(x, y)`` arrays or a ``tf.data.Dataset``.
+        budget: device memory to stay under ("6GiB" or bytes), or None.
+        max_trials: the most trials to measure.
+        batch_size: the batch size of every trial.
+        steps: timed steps per trial.
+        **options: ``min_bytes``, ``device``, ``host_device`` (as for ``LMS``),
+            ``lb_values``, ``n_values``.
+
+    Returns:
+        A ``SearchResult``: ``best`` (a Trial whose ``setting`` has n_tensors,
+        lb and batch_size, or None if nothing fit) and ``trials``.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+        ...                           keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> found = autotune(model, (np.ones((64, 16)), np.ones(64)), max_trials=3, batch_size=8, steps=2,
+        ...                  min_bytes=0)
+        >>> found.measured_trials <= 3, found.best.status
+        (True, 'ok')
+    """
+    search_options = {k: options.pop(k) for k in ("lb_values", "n_values") if k in options}
+    session = TuningSession(model, data, batch_size, budget, steps, **options)
+    return session.autotune(max_trials, **search_options)
+
+
+__all__ = ["autotune", "TuningSession", "Estimate", "step_time_lower_bound", "BudgetError"]

@@ -1,0 +1,267 @@
+"""The %lms_tune widget: sliders with instant predictions, Measure, Autotune, Stop, Apply.
+
+Slider moves call only the prediction (a memoised liveness replay) and redraw;
+Measure runs one trial; Autotune runs the search one trial per turn of the
+kernel's event loop, so Stop is heard between trials. Core ipywidgets and a
+plain plotly Figure in an Output, as in the %%lms_fit dashboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import math
+import time
+
+from ..lms.search import PatternSearch, Setting, Trial, default_n_values
+from .plots import figure_bundle
+
+MIB = 2**20
+_APPLIED: dict = {}
+
+
+def applied_options() -> dict:
+    """The LMS options the last Apply chose, used by %%lms_fit where its own are not given."""
+    return dict(_APPLIED)
+
+
+def _batch_choices(batch_size: int) -> list[int]:
+    choices = {batch_size} | {max(1, batch_size * 2**k) for k in range(-3, 4)}
+    return sorted(choices)
+
+
+class Tuner:
+    """Widgets around a :class:`lms_magic.tuning.TuningSession`.
+
+    ``controls`` holds the sliders by knob name and ``buttons`` the buttons;
+    ``estimate`` is the prediction for the current slider values, and
+    ``response_s`` how long the last slider move took to answer.
+    """
+
+    def __init__(self, session, max_trials: int = 12):
+        import ipywidgets as widgets
+
+        self.session, self.max_trials = session, max_trials
+        self.search: PatternSearch | None = None
+        self.stop_requested = False
+        self.applied: str | None = None
+        self.response_s = 0.0
+        batch = session.batch_size
+        candidates = session.predictor.predict(-1, 1, batch).candidates
+        start = session.start(batch) if session.budget_bytes else Setting(candidates, 1, batch)
+        unbudgeted = session.predictor.predict(0, 1, batch).peak_bytes
+        budget_mib = (session.budget_bytes or unbudgeted) / MIB
+        style = {"description_width": "110px"}
+        layout = widgets.Layout(width="460px")
+        self.controls = {
+            "n_tensors": widgets.IntSlider(start.n_tensors, 0, max(candidates, 1), description="n_tensors",
+                                           style=style, layout=layout, continuous_update=True),
+            "lb": widgets.IntSlider(1, 1, 8, description="lb", style=style, layout=layout),
+            "batch_size": widgets.SelectionSlider(options=_batch_choices(batch), value=batch,
+                                                  description="batch size", style=style, layout=layout),
+            "budget_mib": widgets.FloatSlider(round(budget_mib, 1),
+                                              min=math.ceil(session.persistent_bytes / MIB * 10) / 10,
+                                              max=round(max(budget_mib, unbudgeted / MIB) * 1.5, 1) + 1, step=0.1,
+                                              description="budget (MiB)", style=style, layout=layout),
+        }
+        self.buttons = {name: widgets.Button(description=name) for name in ("Measure", "Autotune", "Stop", "Apply")}
+        self.buttons["Stop"].disabled = True
+        self.prediction_html = widgets.HTML()
+        self.status = widgets.HTML()
+        self.trials_html = widgets.HTML()
+        self.figure_output = widgets.Output()
+        for control in self.controls.values():
+            control.observe(self._on_change, names="value")
+        self.buttons["Measure"].on_click(lambda _: self.measure())
+        self.buttons["Autotune"].on_click(lambda _: self.start_autotune())
+        self.buttons["Stop"].on_click(lambda _: self.request_stop())
+        self.buttons["Apply"].on_click(lambda _: self.apply())
+        note = "" if session.runner.gpu else (
+            "<br><b>No GPU:</b> measured trials train on the CPU, so their times are not GPU times, and their "
+            "peaks are the liveness replay of the graph that ran.")
+        self.header = widgets.HTML(f"<b>%lms_tune</b>: {candidates} candidate "
+                                   f"tensors; weights and optimizer state {session.persistent_bytes / MIB:.1f} MiB; "
+                                   f"link {session.bandwidth.slowest / 1e9:.1f} GB/s "
+                                   f"({html.escape(session.bandwidth.source)}){note}")
+        self.widget = widgets.VBox([
+            self.header,
+            widgets.HBox([widgets.VBox(list(self.controls.values())), self.prediction_html]),
+            widgets.HBox(list(self.buttons.values())), self.status, self.figure_output, self.trials_html,
+        ])
+        self.refresh()
+
+    # -- predictions -------------------------------------------------------------------------
+    def setting(self) -> Setting:
+        values = {name: control.value for name, control in self.controls.items()}
+        return Setting(values["n_tensors"], values["lb"], values["batch_size"])
+
+    def _on_change(self, change) -> None:
+        owner = change["owner"]
+        if owner is self.controls["budget_mib"]:
+            try:
+                self.session.set_budget(int(change["new"] * MIB))
+            except ValueError as error:
+                self.status.value = f"<b>{html.escape(str(error))}</b>"
+        elif owner is not self.controls["n_tensors"]:
+            count = self.session.predictor.predict(-1, self.controls["lb"].value,
+                                                   self.controls["batch_size"].value).candidates
+            self.controls["n_tensors"].max = max(count, 1)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Predicts for the sliders' values and redraws (nothing is trained)."""
+        started = time.perf_counter()
+        self.estimate = self.session.estimate(self.setting())
+        self.response_s = time.perf_counter() - started
+        self.prediction_html.value = self._prediction_text()
+        self._draw()
+
+    def _prediction_text(self) -> str:
+        e, budget = self.estimate, self.session.budget_bytes
+        verdict = "" if e.fits is None else ("fits the budget" if e.fits else "<b>over the budget</b>")
+        compute = "measure to know" if e.compute_s is None else f"{e.compute_s * 1e3:.1f} ms"
+        return (f"<table><tr><td>predicted peak</td><td><b>{e.peak_bytes / MIB:.1f} MiB</b> {verdict}</td></tr>"
+                f"<tr><td>without LMS</td><td>{e.peak_bytes_without_lms / MIB:.1f} MiB</td></tr>"
+                f"<tr><td>budget</td><td>{'none' if budget is None else f'{budget / MIB:.1f} MiB'}</td></tr>"
+                f"<tr><td>swapped</td><td>{e.swapped_tensors} of {e.candidates} tensors, "
+                f"{e.swapped_bytes_per_step / MIB:.1f} MiB out and back per step</td></tr>"
+                f"<tr><td>copy time</td><td>{e.transfer_s * 1e3:.1f} ms</td></tr>"
+                f"<tr><td>compute</td><td>{compute}</td></tr>"
+                f"<tr><td>step time &ge;</td><td>{e.lower_bound_s * 1e3:.1f} ms</td></tr></table>")
+
+    def _draw(self) -> None:
+        import plotly.graph_objects as go
+
+        figure = go.Figure()
+        e = self.estimate
+        figure.add_trace(go.Scatter(x=[e.lower_bound_s * 1e3], y=[e.peak_bytes / MIB], mode="markers",
+                                    marker=dict(symbol="diamond-open", size=14), name="prediction (time: lower bound)"))
+        measured = [t for t in self.session.trials if t.step_s is not None and t.peak_bytes is not None]
+        if measured:
+            figure.add_trace(go.Scatter(
+                x=[t.step_s * 1e3 for t in measured], y=[t.peak_bytes / MIB for t in measured], mode="markers",
+                name="measured", text=[f"n_tensors={t.setting.n_tensors} lb={t.setting.lb} "
+                                       f"batch={t.setting.batch_size}" for t in measured]))
+        if self.session.budget_bytes is not None:
+            figure.add_hline(y=self.session.budget_bytes / MIB, line_dash="dash", annotation_text="budget")
+        figure.update_layout(title="peak memory against time per step", xaxis_title="ms per step",
+                             yaxis_title="device peak (MiB)", height=340, margin=dict(l=50, r=20, t=40, b=40))
+        self.figure = figure
+        self.figure_output.outputs = ({"output_type": "display_data", "data": figure_bundle(figure),
+                                       "metadata": {}},)
+
+    # -- trials ------------------------------------------------------------------------------
+    def _validate(self) -> str | None:
+        budget = self.session.budget_bytes
+        if budget is not None and budget < self.session.persistent_bytes:
+            return "the budget is below the weights and optimizer state: raise it"
+        return None
+
+    def _show_trials(self) -> None:
+        rows = [t.row() for t in self.session.trials]
+        if not rows:
+            return
+        head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+        body = "".join("<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in row.values())
+                       + "</tr>" for row in rows)
+        self.trials_html.value = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def _after_trial(self, trial: Trial) -> None:
+        self._show_trials()
+        self.refresh()
+        self.status.value = f"trial: {html.escape(str(trial.row()))}"
+
+    def measure(self) -> Trial | None:
+        """Runs one trial with the sliders' setting (the model ends as it started)."""
+        problem = self._validate()
+        if problem:
+            self.status.value = f"<b>{html.escape(problem)}</b>: nothing ran"
+            return None
+        self.status.value = f"measuring {self.setting()} ..."
+        trial = self.session.measure(self.setting())
+        self._after_trial(trial)
+        return trial
+
+    def start_autotune(self):
+        """Starts autotune: a task on the kernel's event loop, or at once outside a kernel."""
+        problem = self._validate()
+        if problem:
+            self.status.value = f"<b>{html.escape(problem)}</b>: nothing ran"
+            return None
+        from ..lms.plan import BudgetError
+
+        try:
+            start = self.session.start(self.controls["batch_size"].value, self.controls["lb"].value)
+        except BudgetError as error:
+            self.status.value = f"<b>{html.escape(str(error))}</b>: nothing ran"
+            return None
+        count = self.session.predictor.predict(-1, 1, start.batch_size).candidates
+        self.search = PatternSearch(start, default_n_values(count, start.n_tensors), (1, 2, 3, 4), self.max_trials,
+                                    self.session.budget_bytes, lambda s: self.session.estimate(s).peak_bytes)
+        self.stop_requested = False
+        self._set_running(True)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            while self._autotune_turn():
+                pass
+            return None
+        return loop.create_task(self._autotune_async())
+
+    async def _autotune_async(self) -> None:
+        while self._autotune_turn():
+            await asyncio.sleep(0.05)  # the kernel handles the Stop button's click here
+
+    def _autotune_turn(self) -> bool:
+        """Runs the next trial; False when the search is over."""
+        if self.stop_requested:
+            self.search.stop("user")
+        setting = self.search.next_setting()
+        if setting is None:
+            self._finish_autotune()
+            return False
+        self.status.value = f"autotune: measuring {setting} ..."
+        try:
+            trial = self.search.record(self.session.measure(setting))
+        except BaseException:
+            self._set_running(False)
+            raise
+        self._after_trial(trial)
+        return True
+
+    def _finish_autotune(self) -> None:
+        self._set_running(False)
+        result = self.search.result()
+        if result.best is None:
+            self.status.value = f"autotune: nothing fits ({result.stopped_by})"
+            return
+        best = result.best.setting
+        for name in ("lb", "batch_size", "n_tensors"):
+            self.controls[name].value = getattr(best, name)
+        self.status.value = (f"autotune: best {best} at {result.best.step_s * 1e3:.1f} ms per step after "
+                             f"{result.measured_trials} trials ({result.stopped_by}); press Apply to use it")
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def _set_running(self, running: bool) -> None:
+        for name, button in self.buttons.items():
+            button.disabled = running != (name == "Stop")
+
+    def apply(self) -> str:
+        """Makes the sliders' setting the default of the next %%lms_fit; returns the LMS(...) call."""
+        setting = self.setting()
+        _APPLIED.clear()
+        _APPLIED.update({"n_tensors": setting.n_tensors, "lb": setting.lb})
+        self.applied = self.session.lms_call(setting)
+        self.status.value = (f"applied: the next %%lms_fit uses n_tensors={setting.n_tensors}, lb={setting.lb}. "
+                             f"In a script: <code>{html.escape(self.applied)}</code>")
+        print(self.applied)
+        return self.applied
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

@@ -24,7 +24,7 @@ browser:
 # Keras fixes its backend per process: the PyTorch backend's tests run in a second pytest.
 test: $(STAMP) browser
 	$(BIN)/python -m pytest
-	KERAS_BACKEND=torch $(BIN)/python -m pytest tests/torch_backend -p no:warnings
+	KERAS_BACKEND=torch $(BIN)/python -m pytest tests/torch_backend lms_magic/lms/torch_offload.py -p no:warnings
 
 demo: $(STAMP)
 	$(BIN)/python notebooks/run_demo.py --out build --param N_ROWS=20_000 --param IMAGE_SIZE=128

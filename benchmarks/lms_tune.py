@@ -10,6 +10,7 @@ Usage: python benchmarks/lms_tune.py [--skip-resnet]
 """
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -91,13 +92,7 @@ def autotune_against_grid(name, build):
     session.set_budget(plain.peak_bytes - (plain.peak_bytes - lowest.peak_bytes) // 2)
     n_values = sorted({round(count * k / 6) for k in range(7)})
     lb_values = [1, 2, 3]
-    measured = {}
-
-    def measure(setting):
-        if setting not in measured:
-            measured[setting] = session.measure(setting)
-        return measured[setting]
-
+    measure = functools.cache(session.measure)  # one measured trial per setting, shared by both searches
     grid = grid_search([Setting(n, lb, 32) for n in n_values for lb in lb_values], measure, session.budget_bytes)
     found = session.autotune(max_trials=len(n_values) * len(lb_values), n_values=n_values, lb_values=lb_values,
                              measure=measure)

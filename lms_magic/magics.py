@@ -205,7 +205,7 @@ class LmsFitMagics(Magics):
 
     @staticmethod
     def _lms_options(args) -> dict:
-        from .ui.tuner import applied_options
+        from .tuning import applied_options
 
         applied = applied_options()
         if args.n_tensors is None:

@@ -13,9 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .lms.plan import DEFAULT_MIN_BYTES, BudgetError, Selection, parse_bytes
-from .lms.search import SearchResult, Setting, Trial, default_n_values, pattern_search
+from .lms.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)
+_APPLIED: dict = {}  # what the tuner's Apply chose: the next %%lms_fit's defaults
+
+
+def applied_options() -> dict:
+    """The LMS options the last Apply chose (n_tensors, lb); %%lms_fit uses them where its own are not given."""
+    return dict(_APPLIED)
+
+
+def apply(setting: Setting) -> None:
+    """Makes ``setting``'s n_tensors and lb the defaults of the next %%lms_fit."""
+    _APPLIED.clear()
+    _APPLIED.update({"n_tensors": setting.n_tensors, "lb": setting.lb})
 
 
 def step_time_lower_bound(compute_s: float | None, moved_bytes: int, bytes_per_s: float) -> float:
@@ -76,10 +88,9 @@ class TuningSession:
         self.predictor = StepPredictor(model, take_samples(data, 2), Selection(min_bytes=min_bytes), host_device)
         self.budget_bytes = None
         self.set_budget(budget)
-        options = {"min_bytes": min_bytes, "host_device": host_device, "device": device}
-        self.runner = TrialRunner(model, data, steps, options, self.predictor)
-        self.bandwidth = bandwidth or host_link_bandwidth()
         self.lms_options = {"min_bytes": min_bytes, "host_device": host_device, "device": device}
+        self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
+        self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []
 
     @property
@@ -130,27 +141,32 @@ class TuningSession:
             return Setting(0, lb, batch_size)
         return Setting(self.predictor.fewest_swaps(self.budget_bytes, lb, batch_size), lb, batch_size)
 
+    def search(self, max_trials: int = 12, batch_size: int | None = None, lb: int = 1,
+               lb_values=DEFAULT_LB_VALUES, n_values=None) -> PatternSearch:
+        """A new autotune search from :meth:`start`, within the budget (driven by :meth:`autotune` or the widget).
+
+        Raises:
+            BudgetError: even swapping every candidate does not fit.
+        """
+        start = self.start(batch_size, lb)
+        n_values = n_values or default_n_values(self.predictor.predict(-1, 1, start.batch_size).candidates,
+                                                start.n_tensors)
+        return PatternSearch(start, n_values, lb_values, max_trials, self.budget_bytes,
+                             lambda setting: self.estimate(setting).peak_bytes)
+
     def autotune(self, max_trials: int = 12, batch_size: int | None = None, lb_values=DEFAULT_LB_VALUES,
                  n_values=None, should_stop=lambda: False, on_trial=lambda trial: None,
                  measure=None) -> SearchResult:
         """Searches from :meth:`start` for the fastest measured setting within the budget.
 
         ``measure`` replaces :meth:`measure` (to share trials with another search)."""
-        start = self.start(batch_size)
-        n_values = n_values or default_n_values(self.predictor.predict(-1, 1, start.batch_size).candidates,
-                                                start.n_tensors)
-
-        def predicted(setting: Setting) -> int:
-            return self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size).peak_bytes
-
-        return pattern_search(start, measure or self.measure, n_values, lb_values, max_trials, self.budget_bytes,
-                              predicted, should_stop, on_trial)
+        search = self.search(max_trials, batch_size, lb_values=lb_values, n_values=n_values)
+        return drive(search, measure or self.measure, should_stop, on_trial)
 
     def lms_call(self, setting: Setting) -> str:
         """The ``LMS(...)`` call for ``setting``, with the options that differ from the defaults."""
-        extra = {k: v for k, v in self.lms_options.items()
-                 if v != {"min_bytes": DEFAULT_MIN_BYTES, "host_device": "/CPU:0", "device": None}[k]}
-        return setting.lms_call(**extra)
+        defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": "/CPU:0", "device": None}
+        return setting.lms_call(**{k: v for k, v in self.lms_options.items() if v != defaults[k]})
 
 
 def autotune(model, data, budget=None, max_trials: int = 12, batch_size: int = 32, steps: int = 5,

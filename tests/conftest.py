@@ -21,8 +21,10 @@ def _gpu_available() -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    """tests/torch_backend runs in its own pytest run with KERAS_BACKEND=torch (Keras picks one backend a process)."""
-    if "torch_backend" in collection_path.parts and os.environ.get("KERAS_BACKEND") != "torch":
+    """tests/torch_backend and torch_offload.py's doctests run in their own pytest run with KERAS_BACKEND=torch
+    (Keras picks one backend a process, and the TensorFlow run stays free of PyTorch)."""
+    torch_only = "torch_backend" in collection_path.parts or collection_path.name == "torch_offload.py"
+    if torch_only and os.environ.get("KERAS_BACKEND") != "torch":
         return True
     return None
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import importlib
+import time
 
 import keras
 
@@ -135,23 +134,15 @@ class LMS(keras.callbacks.Callback):
         model = self.model
         if model.run_eagerly:
             raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
-        self._saved_step = model.__dict__.get("train_step")
-        self._saved_jit = model._jit_compile
-        if model.jit_compile:
-            self.stats["notes"].append("XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering")
-        model._jit_compile = False
         self._options = _graph.GraphOptions()
         self._options.apply()
         self._traces = {}
-        self._summary_due = True
         self._layer_of = _graph.layer_resolver(model)
         self._batch_hint = None
         self._budget_checked = False
-        object.__setattr__(model, "train_step", self._wrap(model.train_step))
-        self._patched = True
         context.context().enable_run_metadata()
-        model.make_train_function(force=True)
-        model.train_function = _GuardedTrainFunction(model.train_function, self)
+        self._patch(self._wrap(model.train_step), "XLA (jit_compile) is off while LMS trains: XLA ignores the swap "
+                    "ordering")
 
     def on_train_batch_begin(self, batch, logs=None):
         self._armed = self._patched
@@ -176,16 +167,22 @@ class LMS(keras.callbacks.Callback):
         from .torch_offload import TorchOffloader
 
         model = self.model
-        self._torch = TorchOffloader(self.selection, self.lb, self.budget_bytes, self.device, self.verbose)
+        self._torch = TorchOffloader(self.selection, self.lb, self.budget_bytes, self.device)
         self._device = str(self._torch.device)
+        original = model.train_step
+        self._patch(lambda data: self._torch.run(original, data),
+                    "torch.compile (jit_compile) is off while LMS trains: it traces its own graph around autograd's "
+                    "saved-tensor hooks")
+
+    def _patch(self, train_step, jit_note: str) -> None:
+        """Puts ``train_step`` on the model (jit off) behind a guarded train function; _restore undoes it."""
+        model = self.model
         self._saved_step = model.__dict__.get("train_step")
         self._saved_jit = model._jit_compile
         if model.jit_compile:
-            self.stats["notes"].append("torch.compile (jit_compile) is off while LMS trains: it traces its own "
-                                       "graph around autograd's saved-tensor hooks")
+            self.stats["notes"].append(jit_note)
         model._jit_compile = False
-        original = model.train_step
-        object.__setattr__(model, "train_step", lambda data: self._torch.run(original, data))
+        object.__setattr__(model, "train_step", train_step)
         self._patched = True
         self._summary_due = True
         model.make_train_function(force=True)
@@ -308,7 +305,7 @@ class LMS(keras.callbacks.Callback):
         stats = self.stats
         if not stats["active"]:
             return f"LMS: inactive ({stats['reason']})"
-        if self._torch is not None or stats.get("backend") == "torch":
+        if stats.get("backend") == "torch":
             return self._torch_summary()
         line = (f"LMS: swapping {stats['swapped_tensors']} of {stats['candidates']} tensors "
                 f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "

@@ -1,9 +1,11 @@
-"""Instant predictions for any LMS setting: trace the train step once, replay on demand.
+"""Instant predictions for any LMS setting: trace the train step once per batch size, replay on demand.
 
-The train step is traced once with an unknown batch dimension; each batch
-size gets its replay nodes once (about 0.15 s for ResNet-50), each
-(``lb``, batch size) its candidates once, and every prediction after that is
-one liveness replay (about 50 ms for ResNet-50's 9,000 ops), memoised. This
+The train step is traced once per batch size (about 11-16 s for ResNet-50 on
+2 cores; a trace with an unknown batch dimension would be cheaper, but its
+other unknown dimensions would be sized as the batch, which over-predicts large
+batches several-fold), with its replay nodes built once; each (``lb``, batch
+size) gets its candidates once, and every prediction after that is one
+liveness replay (about 50 ms for ResNet-50's 9,000 ops), memoised. This
 is what the tuning sliders call, and what ``predict_step`` and the budget
 search use.
 """
@@ -34,11 +36,11 @@ class Prediction:
     persistent_bytes: int
 
 
-def _specs(sample):
-    """TensorSpecs of a batch with the batch dimension unknown."""
+def _specs(sample, batch_size: int):
+    """TensorSpecs of a batch of ``batch_size`` samples shaped like ``sample``'s."""
     def spec(value):
         tensor = tf.convert_to_tensor(value)
-        return tf.TensorSpec([None] + tensor.shape.as_list()[1:], tensor.dtype)
+        return tf.TensorSpec([batch_size] + tensor.shape.as_list()[1:], tensor.dtype)
 
     return tf.nest.map_structure(spec, tuple(sample))
 
@@ -59,8 +61,8 @@ class StepPredictor:
 
     Example:
         >>> import keras, numpy as np
-        >>> model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
-        ...                           keras.layers.Dense(256, activation="relu"), keras.layers.Dense(1)])
+        >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")
+        ...                           for _ in range(6)] + [keras.layers.Dense(1)])
         >>> model.compile("sgd", "mse")
         >>> predictor = StepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
         >>> few, many = predictor.predict(0, batch_size=1024), predictor.predict(-1, batch_size=1024)
@@ -73,26 +75,23 @@ class StepPredictor:
             raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
         self.selection = selection or Selection()
         self.host_device = host_device
-        self.specs = _specs(sample)
-        started = time.perf_counter()
-        graph = tf.function(model.train_step, autograph=False).get_concrete_function(self.specs).graph
-        self.trace_s = time.perf_counter() - started
-        self._ops = graph.get_operations()
+        self.model, self.sample = model, sample
+        self.trace_s: float | None = None  # the last trace's time
         self._layer_of = layer_resolver(model)
         self.persistent_bytes = variables_bytes(model)
         self._steps: dict[int, TracedStep] = {}
         self._candidates: dict[tuple[int, int], list] = {}
         self._peaks: dict[tuple[int, int, int], int] = {}
 
-    def _step(self, batch_size: int) -> TracedStep:
+    def trace(self, batch_size: int) -> TracedStep:
+        """The train step traced at ``batch_size`` (once per batch size)."""
         if batch_size not in self._steps:
-            input_bytes = []
-            for spec in tf.nest.flatten(self.specs):
-                per_sample = 1
-                for dim in spec.shape[1:]:
-                    per_sample *= int(dim)
-                input_bytes.append(per_sample * batch_size * spec.dtype.size)
-            self._steps[batch_size] = TracedStep(self._ops, batch_size, self.host_device, input_bytes)
+            specs = _specs(self.sample, batch_size)
+            started = time.perf_counter()
+            graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
+            self.trace_s = time.perf_counter() - started
+            input_bytes = [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
+            self._steps[batch_size] = TracedStep(graph.get_operations(), batch_size, self.host_device, input_bytes)
         return self._steps[batch_size]
 
     def candidates(self, lb: int, batch_size: int) -> list:
@@ -100,7 +99,7 @@ class StepPredictor:
         _check(lb, batch_size)
         key = (lb, batch_size)
         if key not in self._candidates:
-            found, _ = find_candidates(self._ops, self._layer_of, lb, batch_size)
+            found, _ = find_candidates(self.trace(batch_size).ops, self._layer_of, lb, batch_size)
             by_tensor = {item.candidate.tensor: item for item in found}
             self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
         return self._candidates[key]
@@ -109,7 +108,7 @@ class StepPredictor:
         key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing
         if key not in self._peaks:
             chosen = self.candidates(lb, batch_size)[:count]
-            self._peaks[key] = self.persistent_bytes + self._step(batch_size).predicted_transient_peak(chosen)
+            self._peaks[key] = self.persistent_bytes + self.trace(batch_size).predicted_transient_peak(chosen)
         return self._peaks[key]
 
     def predict(self, n_tensors: int = -1, lb: int = 1, batch_size: int = 32) -> Prediction:

@@ -47,6 +47,7 @@ def predict_step(model, sample, batch_size: int, n_tensors: int = -1, lb: int = 
         True
     """
     predictor = StepPredictor(model, sample, Selection(min_bytes=min_bytes), host_device)
+    predictor.trace(batch_size)
     started = time.perf_counter()
     prediction = predictor.predict(n_tensors, lb, batch_size)
     return StepPrediction(batch_size, prediction.peak_bytes_without_lms, prediction.peak_bytes,

@@ -140,7 +140,14 @@ def pattern_search(start: Setting, measure: Callable[[Setting], Trial], n_values
         >>> found.best.setting, found.stopped_by
         (Setting(n_tensors=6, lb=2, batch_size=32), 'converged')
     """
-    search = PatternSearch(start, n_values, lb_values, max_trials, budget_bytes, predicted_peak)
+    return drive(PatternSearch(start, n_values, lb_values, max_trials, budget_bytes, predicted_peak), measure,
+                 should_stop, on_trial)
+
+
+def drive(search: "PatternSearch", measure: Callable[[Setting], Trial],
+          should_stop: Callable[[], bool] = lambda: False,
+          on_trial: Callable[[Trial], None] = lambda trial: None) -> SearchResult:
+    """Runs ``search`` to its end: measure each setting it hands out, poll ``should_stop`` before each."""
     setting = search.next_setting()
     while setting is not None:
         if should_stop():
@@ -218,9 +225,7 @@ class PatternSearch:
     def record(self, trial: Trial) -> Trial:
         """Takes the measured trial of the setting last handed out."""
         key, self._pending = self._pending, None
-        if trial.ok and self.budget_bytes is not None and trial.peak_bytes is not None \
-                and trial.peak_bytes > self.budget_bytes:
-            trial.status, trial.message = "over budget", "the measured peak is above the budget"
+        _judge(trial, self.budget_bytes)
         self._tried[key] = trial
         self.trials.append(trial)
         self._advance(key, trial)
@@ -263,11 +268,12 @@ def _index_of(values: Sequence[int], value: int) -> int:
 def grid_search(settings: Sequence[Setting], measure: Callable[[Setting], Trial],
                 budget_bytes: int | None = None) -> SearchResult:
     """Measures every setting: the reference autotune is judged against."""
-    trials = []
-    for setting in settings:
-        result = measure(setting)
-        if result.ok and budget_bytes is not None and result.peak_bytes is not None \
-                and result.peak_bytes > budget_bytes:
-            result.status = "over budget"
-        trials.append(result)
+    trials = [_judge(measure(setting), budget_bytes) for setting in settings]
     return SearchResult(best_trial(trials), trials, "converged")
+
+
+def _judge(trial: Trial, budget_bytes: int | None) -> Trial:
+    """Marks a trial that ran but whose measured peak is above the budget."""
+    if trial.ok and budget_bytes is not None and trial.peak_bytes is not None and trial.peak_bytes > budget_bytes:
+        trial.status, trial.message = "over budget", "the measured peak is above the budget"
+    return trial

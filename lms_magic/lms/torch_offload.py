@@ -113,9 +113,8 @@ class TorchOffloader:
         device: "cuda", "cuda:1", "cpu"... Defaults to the first GPU, else the CPU.
     """
 
-    def __init__(self, selection: Selection, lb: int = 1, budget_bytes: int | None = None, device=None,
-                 verbose: int = 1):
-        self.selection, self.lb, self.budget_bytes, self.verbose = selection, lb, budget_bytes, verbose
+    def __init__(self, selection: Selection, lb: int = 1, budget_bytes: int | None = None, device=None):
+        self.selection, self.lb, self.budget_bytes = selection, lb, budget_bytes
         self.device = torch_device(device)
         self.cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None

@@ -81,8 +81,8 @@ class TrialRunner:
         self.model, self.data, self.steps = model, data, steps
         self.options = dict(lms_options or {})
         gpus = _gpus()
-        self.gpu = bool(gpus) and not str(self.options.get("device") or "/GPU").upper().startswith("/CPU")
         self.device = self.options.pop("device", None) or (gpus[0] if gpus else "/CPU:0")
+        self.gpu = "GPU" in self.device.upper()
         self.predictor = predictor
         self.state = TrainingState.capture(model)
         self.seed = 1234

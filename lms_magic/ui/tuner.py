@@ -13,16 +13,10 @@ import html
 import math
 import time
 
-from ..lms.search import PatternSearch, Setting, Trial, default_n_values
+from ..lms.search import PatternSearch, Setting, Trial
 from .plots import figure_bundle
 
 MIB = 2**20
-_APPLIED: dict = {}
-
-
-def applied_options() -> dict:
-    """The LMS options the last Apply chose, used by %%lms_fit where its own are not given."""
-    return dict(_APPLIED)
 
 
 def _batch_choices(batch_size: int) -> list[int]:
@@ -151,12 +145,6 @@ class Tuner:
                                        "metadata": {}},)
 
     # -- trials ------------------------------------------------------------------------------
-    def _validate(self) -> str | None:
-        budget = self.session.budget_bytes
-        if budget is not None and budget < self.session.persistent_bytes:
-            return "the budget is below the weights and optimizer state: raise it"
-        return None
-
     def _show_trials(self) -> None:
         rows = [t.row() for t in self.session.trials]
         if not rows:
@@ -173,10 +161,6 @@ class Tuner:
 
     def measure(self) -> Trial | None:
         """Runs one trial with the sliders' setting (the model ends as it started)."""
-        problem = self._validate()
-        if problem:
-            self.status.value = f"<b>{html.escape(problem)}</b>: nothing ran"
-            return None
         self.status.value = f"measuring {self.setting()} ..."
         trial = self.session.measure(self.setting())
         self._after_trial(trial)
@@ -184,20 +168,14 @@ class Tuner:
 
     def start_autotune(self):
         """Starts autotune: a task on the kernel's event loop, or at once outside a kernel."""
-        problem = self._validate()
-        if problem:
-            self.status.value = f"<b>{html.escape(problem)}</b>: nothing ran"
-            return None
         from ..lms.plan import BudgetError
 
         try:
-            start = self.session.start(self.controls["batch_size"].value, self.controls["lb"].value)
+            self.search = self.session.search(self.max_trials, self.controls["batch_size"].value,
+                                              self.controls["lb"].value)
         except BudgetError as error:
             self.status.value = f"<b>{html.escape(str(error))}</b>: nothing ran"
             return None
-        count = self.session.predictor.predict(-1, 1, start.batch_size).candidates
-        self.search = PatternSearch(start, default_n_values(count, start.n_tensors), (1, 2, 3, 4), self.max_trials,
-                                    self.session.budget_bytes, lambda s: self.session.estimate(s).peak_bytes)
         self.stop_requested = False
         self._set_running(True)
         try:
@@ -253,8 +231,9 @@ class Tuner:
     def apply(self) -> str:
         """Makes the sliders' setting the default of the next %%lms_fit; returns the LMS(...) call."""
         setting = self.setting()
-        _APPLIED.clear()
-        _APPLIED.update({"n_tensors": setting.n_tensors, "lb": setting.lb})
+        from ..tuning import apply
+
+        apply(setting)
         self.applied = self.session.lms_call(setting)
         self.status.value = (f"applied: the next %%lms_fit uses n_tensors={setting.n_tensors}, lb={setting.lb}. "
                              f"In a script: <code>{html.escape(self.applied)}</code>")

@@ -1,14 +1,15 @@
 """The tuning widget and autotune on real Keras models (two logical CPUs stand in for GPU and host)."""
 
 import asyncio
+import functools
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from lms_magic import tuning
 from lms_magic.lms.search import Setting, grid_search
 from lms_magic.tuning import TuningSession, autotune
-from lms_magic.ui import tuner as tuner_module
 from lms_magic.ui.tuner import Tuner
 
 from .conftest import ACCELERATOR, HOST
@@ -32,7 +33,7 @@ def session(data):
 @pytest.fixture(autouse=True)
 def nothing_applied():
     yield
-    tuner_module._APPLIED.clear()
+    tuning._APPLIED.clear()
 
 
 def state_of(model):
@@ -87,13 +88,7 @@ def test_autotune_is_close_to_the_grid_best_in_fewer_trials(data):
     n_values, lb_values = [0, count // 4, count // 2, 3 * count // 4, count], [1, 2, 3]
     plain = session.predictor.predict(0, 1, 16)
     session.set_budget(plain.peak_bytes - (plain.peak_bytes - session.predictor.predict(-1, 1, 16).peak_bytes) // 3)
-    measured = {}
-
-    def measure(setting):
-        if setting not in measured:
-            measured[setting] = session.measure(setting)
-        return measured[setting]
-
+    measure = functools.cache(session.measure)  # one measured trial per setting, shared by both searches
     grid = grid_search([Setting(n, lb, 16) for n in n_values for lb in lb_values], measure, session.budget_bytes)
     found = session.autotune(max_trials=20, n_values=n_values, lb_values=lb_values, measure=measure)
     assert found.best is not None and found.best.peak_bytes <= session.budget_bytes

@@ -8,6 +8,10 @@ import threading
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The same CPU kernels on every machine: TensorFlow turns oneDNN on by itself only on some CPUs
+# (not on the AMD EPYC of some CI machines), and keeps CPU allocator statistics, which the
+# measured-peak proofs read, only with it on.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 
 def _gpu_available() -> bool:

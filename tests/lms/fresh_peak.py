@@ -1,0 +1,61 @@
+"""TensorFlow's measured peak of one plain train step, taken in a fresh process.
+
+TensorFlow's allocator counts whole chunks: a request served from a larger
+free chunk (up to twice its size) counts at the chunk's size. So a peak
+measured in a process that has already trained other models depends on what
+they left in the allocator's free lists (the subclassed CNN measured 8.4 MiB
+fresh and 8.9-13.6 MiB after the other models), and a test that measures in
+the pytest process depends on the tests before it. Here the only history is
+the model's own warm-up.
+
+Run as ``python -m tests.lms.fresh_peak NAME``; prints the peak in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MODELS = ("reference cnn", "residual", "subclassed")
+
+
+def measure(name: str) -> int:
+    """Starts a fresh interpreter that measures model ``name`` (one of MODELS)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "tests.lms.fresh_peak", name], cwd=root, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring {name!r} failed:\n{done.stderr[-3000:]}")
+    return int(json.loads(done.stdout.strip().splitlines()[-1])["peak_bytes"])
+
+
+def _measure_here(name: str) -> int:
+    from . import conftest  # noqa: F401  two logical CPUs, one inter-op thread, as in the tests
+    import tensorflow as tf
+
+    from . import models
+
+    build, (x, y) = {"reference cnn": (models.reference_cnn, models.images(64, 64)),
+                     "residual": (models.residual_bn_dropout, models.images(64, 32)),
+                     "subclassed": (models.custom_step, models.images(64, 32))}[name]
+    batch_size = 32
+    model = build()
+    model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0, shuffle=False)
+    batches = iter(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).repeat())
+    model.train_function(batches)
+    peaks = []
+    for _ in range(3):
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        model.train_function(batches)
+        peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
+    return sorted(peaks)[1]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    print(json.dumps({"peak_bytes": _measure_here(sys.argv[1])}))

@@ -35,6 +35,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lms_predict.py
 	$(BIN)/python benchmarks/lms_fit_overhead.py
 	$(BIN)/python benchmarks/lms_tune.py
+	$(BIN)/python benchmarks/lms_soak.py
+	$(BIN)/python benchmarks/lms_interrupts.py
 
 clean:
 	rm -rf build .pytest_cache

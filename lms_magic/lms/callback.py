@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 
 import keras
 
+from .. import compat
 from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, fewest_swaps_within, parse_bytes
 
 
@@ -21,13 +23,56 @@ class _Lazy:
 
 
 tf = _Lazy("tensorflow")
-context = _Lazy("tensorflow.python.eager.context")
 _func_graph = _Lazy("tensorflow.python.framework.func_graph")
 _predict = _Lazy("lms_magic.lms.predict")
 _graph = _Lazy("lms_magic.lms.tensorflow")
 
 MIB = 2**20
 _said_no_gpu = False
+
+
+def _tensorflow_devices() -> list[str]:
+    return ["/" + device.name.split("device:")[-1] for device in tf.config.list_logical_devices()]
+
+
+def check_devices(device: str | None, host_device: str | None = None) -> None:
+    """Raises ValueError, naming the devices this process has, when ``device`` or ``host_device`` is not one.
+
+    On the PyTorch backend "/GPU:1", "cuda:1" and "/CPU:0" are understood.
+
+    Example:
+        >>> check_devices("/CPU:0", "/cpu:0")
+        >>> check_devices("banana")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: LMS: device='banana' is not a device of this process, which has /CPU:0...
+    """
+    for role, spec in (("device", device), ("host_device", host_device)):
+        if spec is None:
+            continue
+        if keras.backend.backend() == "torch":
+            known = _torch_device_names()
+            try:
+                from .torch_offload import torch_device
+
+                name = str(torch_device(spec))
+            except (ValueError, TypeError):
+                name = None
+        else:
+            known = _tensorflow_devices()
+            try:
+                name = tf.DeviceSpec.from_string(spec).to_string().replace("device:", "")
+            except (ValueError, TypeError, AttributeError):
+                name = None
+        if name not in known:
+            raise ValueError(f"LMS: {role}={spec!r} is not a device of this process, which has {', '.join(known)}: "
+                             f"pass one of them, e.g. {role}={known[-1 if role == 'device' else 0]!r}")
+
+
+def _torch_device_names() -> list[str]:
+    import torch
+
+    return ["cpu"] + [f"cuda:{index}" for index in range(torch.cuda.device_count())]
 
 
 class LMS(keras.callbacks.Callback):
@@ -77,17 +122,18 @@ class LMS(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(lb, int) or lb < 1:
             raise ValueError(f"lb must be a whole number >= 1, got {lb!r}")
-        self.selection = Selection(n_tensors, int(min_bytes), tuple(include_layers), tuple(exclude_layers),
-                                   tuple(include_types), tuple(exclude_types))
+        for role, spec in (("device", device), ("host_device", host_device)):
+            if not (isinstance(spec, str) or (spec is None and role == "device")):
+                raise ValueError(f"{role} takes a device name such as '/GPU:0' or '/CPU:0', got {spec!r}")
+        self.selection = Selection(n_tensors, int(min_bytes), include_layers, exclude_layers,
+                                   include_types, exclude_types)
         self.n_tensors, self.lb, self.min_bytes = n_tensors, lb, int(min_bytes)
         self.budget_bytes = None if budget is None else parse_bytes(budget)
         self.device, self.host_device, self.verbose = device, host_device, verbose
         self.batch_size_hint = batch_size_hint
         self.stats = self._empty_stats("not trained yet")
-        self._options = None
         self._torch = None  # the PyTorch backend's offloader, when training on it
-        self._patched = False
-        self._armed = False
+        self._function: _LmsTrainFunction | None = None  # while a fit with this callback runs
 
     # -- state -----------------------------------------------------------------------------
     def _empty_stats(self, reason: str) -> dict:
@@ -97,30 +143,28 @@ class LMS(keras.callbacks.Callback):
 
     def _resolve_device(self) -> str | None:
         global _said_no_gpu
-        devices = {d.name.split("device:")[-1]: d.name for d in tf.config.list_logical_devices()}
         if self.device is None:
-            gpus = [name for name in devices if name.startswith("GPU")]
+            gpus = [name for name in _tensorflow_devices() if name.startswith("/GPU")]
             if not gpus:
                 if not _said_no_gpu and self.verbose:
                     print("LMS: no GPU found, so nothing is swapped (pass device=... to choose one)")
                 _said_no_gpu = True
                 return None
-            return "/" + gpus[0]
-        for spec in (self.device, self.host_device):
-            name = tf.DeviceSpec.from_string(spec).to_string().split("device:")[-1]
-            if name not in devices:
-                raise ValueError(f"LMS: no device {spec!r}; this process has {', '.join('/' + d for d in devices)}")
+            return gpus[0]
+        check_devices(self.device, self.host_device)
         return self.device
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self._restore()
+        _LmsTrainFunction.remove_from(self.model)  # left by a fit that ended between a batch begin and its step
         backend = keras.backend.backend()
         if backend not in ("tensorflow", "torch"):
             from .jax_offload import unsupported_message
 
             raise RuntimeError(unsupported_message(backend))
         self.stats = self._empty_stats("")
+        self.stats["notes"] += self.selection.unknown_names(compat.layer_types(self.model))
         if self.selection.n_tensors == 0 and self.budget_bytes is None:
             self.stats["reason"] = "n_tensors=0: LMS is off"
             return
@@ -134,21 +178,20 @@ class LMS(keras.callbacks.Callback):
         model = self.model
         if model.run_eagerly:
             raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
-        self._options = _graph.GraphOptions()
-        self._options.apply()
         self._traces = {}
         self._layer_of = _graph.layer_resolver(model)
         self._batch_hint = None
         self._budget_checked = False
-        context.context().enable_run_metadata()
-        self._patch(self._wrap(model.train_step), "XLA (jit_compile) is off while LMS trains: XLA ignores the swap "
-                    "ordering")
+        self._run_metadata = []
+        self._install(self._wrap(model.train_step), "XLA (jit_compile) is off while LMS trains: XLA ignores the "
+                      "swap ordering")
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._armed = self._patched
+        if self._function is not None:
+            self._function.arm()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._patched and self._summary_due:
+        if self._function is not None and self._summary_due:
             self._summary_due = False
             if self._torch is not None:
                 found = self._torch.stats()
@@ -170,23 +213,43 @@ class LMS(keras.callbacks.Callback):
         self._torch = TorchOffloader(self.selection, self.lb, self.budget_bytes, self.device)
         self._device = str(self._torch.device)
         original = model.train_step
-        self._patch(lambda data: self._torch.run(original, data),
-                    "torch.compile (jit_compile) is off while LMS trains: it traces its own graph around autograd's "
-                    "saved-tensor hooks")
+        self._install(lambda data: self._torch.run(original, data),
+                      "torch.compile (jit_compile) is off while LMS trains: it traces its own graph around "
+                      "autograd's saved-tensor hooks")
 
-    def _patch(self, train_step, jit_note: str) -> None:
-        """Puts ``train_step`` on the model (jit off) behind a guarded train function; _restore undoes it."""
+    def _install(self, train_step, jit_note: str) -> None:
+        """Makes the LMS train function; it takes the model's place one step at a time (see _LmsTrainFunction).
+
+        Nothing of the model or of TensorFlow is changed between steps: the
+        train step, XLA and Grappler settings and graph collection are set
+        for the duration of each LMS step only, so whatever ends the fit
+        (an exception in a callback, the data or the step, an interrupt)
+        leaves them as they were.
+        """
         model = self.model
-        self._saved_step = model.__dict__.get("train_step")
-        self._saved_jit = model._jit_compile
-        if model.jit_compile:
+        if compat.jit_compile_requested(model):
             self.stats["notes"].append(jit_note)
-        model._jit_compile = False
-        object.__setattr__(model, "train_step", train_step)
-        self._patched = True
+        self._lms_step = train_step
+        plain = model.train_function
+        try:
+            with compat.train_step_replaced(model, train_step):
+                model.make_train_function(force=True)
+                made = model.train_function
+        finally:
+            model.train_function = plain
+        self._function = _LmsTrainFunction(made, plain, self)
         self._summary_due = True
-        model.make_train_function(force=True)
-        model.train_function = _GuardedTrainFunction(model.train_function, self)
+
+    @contextlib.contextmanager
+    def _step_scope(self):
+        """What one LMS step needs set, and nothing after it."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(compat.train_step_replaced(self.model, self._lms_step))
+            if self._torch is None:
+                stack.enter_context(compat.grappler_options(_graph.GRAPPLER_SETTINGS))
+                if not self._run_metadata:  # the first step: TensorFlow instantiates the function
+                    stack.enter_context(compat.collected_function_graphs(self._run_metadata))
+            yield
 
     # -- the rewrite -------------------------------------------------------------------------
     def _wrap(self, original):
@@ -221,7 +284,6 @@ class LMS(keras.callbacks.Callback):
         try:
             self._plan(probe.get_operations(), data)
         except BudgetError as error:
-            self._restore()
             raise BudgetError(f"LMS: {error}") from None
 
     def _plan(self, ops, data):
@@ -281,11 +343,8 @@ class LMS(keras.callbacks.Callback):
         self.stats["rewrite_s"] = time.perf_counter() - started
 
     def _read_executed_graph(self) -> None:
-        ctx = context.context()
-        try:
-            partitions = _predict.train_partitions(ctx.export_run_metadata())
-        finally:
-            ctx.disable_run_metadata()
+        partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
+        self._run_metadata = [None]  # read once; the protos are released
         if not partitions or not self.stats.get("active"):
             return
         self.stats["partition_graphs"] = partitions
@@ -325,50 +384,52 @@ class LMS(keras.callbacks.Callback):
 
     # -- restoring the model -----------------------------------------------------------------
     def _restore(self) -> None:
-        """Puts the model back as it was: plain train step, XLA setting, Grappler options."""
-        self._armed = False
-        if not self._patched:
-            return
-        self._patched = False
-        model = self.model
-        model.__dict__.pop("train_step", None)
-        if self._saved_step is not None:
-            object.__setattr__(model, "train_step", self._saved_step)
-        model._jit_compile = self._saved_jit
-        model.train_function = None
+        """Ends this callback's fit: the model's own train function is back, the PyTorch pool released."""
+        function, self._function = self._function, None
+        if function is not None:
+            function.remove_from(self.model)
         if self._torch is not None:
             self._torch.close()
             self._torch = None
-            return
-        self._options.restore()
-        context.context().disable_run_metadata()
 
 
-class _GuardedTrainFunction:
-    """The LMS train function, which runs only when its callback armed it.
+class _LmsTrainFunction:
+    """The LMS train function, in ``model.train_function`` from LMS's batch begin to that batch's step.
 
-    Keras calls ``on_train_batch_begin`` before every call, so a call that was
-    not armed comes from a ``fit`` without the callback (after an interrupted
-    one, say): the model is restored and trains plainly. Any exception inside
-    a step also restores the model before it propagates.
+    ``LMS.on_train_batch_begin`` puts it there and arms it for the ``fit``
+    that called the callback; its call puts the model's own train function
+    back first, then runs the LMS step inside the callback's step scope.
+    Where a fit ends between the two (an exception in a later callback's
+    batch begin), it stays behind inert: a call from any other fit puts the
+    model's own function back and trains plainly, and the next LMS ``fit``
+    removes it before it starts.
     """
 
-    def __init__(self, function, callback: LMS):
+    def __init__(self, function, plain, callback: LMS):
         self._function = function
+        self.plain = plain
         self._callback = callback
+        self._armed_by: tuple = ()  # the frames of the fit that armed it, until its call
+
+    def arm(self) -> None:
+        self._armed_by = compat.calling_frames()
+        self._callback.model.train_function = self
+
+    @staticmethod
+    def remove_from(model) -> None:
+        current = getattr(model, "train_function", None)
+        if isinstance(current, _LmsTrainFunction):
+            current._armed_by = ()
+            model.train_function = current.plain
 
     def __call__(self, *args, **kwargs):
         callback = self._callback
-        if not callback._armed:
-            callback._restore()
-            callback.model.make_train_function()
-            return callback.model.train_function(*args, **kwargs)
-        callback._armed = False
-        try:
+        callback.model.train_function = self.plain
+        armed, self._armed_by = compat.called_from(self._armed_by), ()
+        if not armed:
+            return self.plain(*args, **kwargs)
+        with callback._step_scope():
             return self._function(*args, **kwargs)
-        except BaseException:
-            callback._restore()
-            raise
 
     def __getattr__(self, name):
         return getattr(self._function, name)

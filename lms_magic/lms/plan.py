@@ -64,6 +64,26 @@ class Candidate:
     forward_index: int
 
 
+NAME_FIELDS = ("include_layers", "exclude_layers", "include_types", "exclude_types")
+
+
+def _names(field: str, value) -> tuple[str, ...]:
+    """A name filter as a tuple of names: one string is one name, a layer class counts by its name."""
+    if isinstance(value, (str, type)):
+        value = (value,)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ValueError(f"{field} takes a layer {'type' if 'types' in field else 'name'} or a list of them, "
+                         f"got {value!r}") from None
+    names = tuple(item.__name__ if isinstance(item, type) else item for item in items)
+    wrong = [item for item in names if not isinstance(item, str)]
+    if wrong:
+        raise ValueError(f"{field} takes names (strings){' or layer classes' if 'types' in field else ''}, "
+                         f"got {wrong[0]!r}")
+    return names
+
+
 @dataclass(frozen=True)
 class Selection:
     """The static filters of the LMS options."""
@@ -76,10 +96,28 @@ class Selection:
     exclude_types: tuple[str, ...] = ()
 
     def __post_init__(self):
+        for field in NAME_FIELDS:
+            object.__setattr__(self, field, _names(field, getattr(self, field)))
         if not isinstance(self.n_tensors, int) or self.n_tensors < -1:
             raise ValueError(f"n_tensors must be -1 (all), 0 (LMS off) or a positive count, got {self.n_tensors!r}")
         if self.min_bytes < 0:
             raise ValueError(f"min_bytes must be >= 0, got {self.min_bytes!r}")
+
+    def unknown_names(self, layer_types: dict[str, str]) -> list[str]:
+        """Notes for filter names that match no layer of the model (``layer_types``: layer name -> class name).
+
+        Example:
+            >>> Selection(include_layers="dense_x").unknown_names({"dense_a": "Dense"})
+            ["include_layers names no layer of the model: 'dense_x'"]
+        """
+        known = {"layers": set(layer_types), "types": set(layer_types.values())}
+        notes = []
+        for field in NAME_FIELDS:
+            missing = [name for name in getattr(self, field) if name not in known[field.split("_")[1]]]
+            if missing:
+                what = "layer" if field.endswith("layers") else "layer type"
+                notes.append(f"{field} names no {what} of the model: {', '.join(map(repr, missing))}")
+        return notes
 
     def eligible(self, candidates: Iterable[Candidate]) -> list[Candidate]:
         """The candidates that pass the size and layer filters, in forward order."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from .. import compat
 from .plan import Candidate
 
 BACKWARD_SCOPES = ("gradient_tape/", "gradients/")
@@ -199,9 +200,7 @@ def layer_resolver(model):
     TensorFlow makes scope names unique by appending ``_1``, ``_2``...; those
     suffixes are peeled until a layer name matches. The deepest match wins.
     """
-    layers = {}
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        layers.setdefault(layer.name, type(layer).__name__)
+    layers = compat.layer_types(model)
 
     def layer_of(op_name: str) -> tuple[str, str]:
         parts = _REPLICA_PREFIX.sub("", op_name).split("/")[:-1]
@@ -219,25 +218,6 @@ def layer_resolver(model):
     return layer_of
 
 
-class GraphOptions:
-    """Grappler settings for the LMS train function, restored afterwards.
-
-    The dependency optimizer deletes identity ops that it considers redundant,
-    swap ops included; it is off while LMS trains.
-    """
-
-    SETTINGS = {"dependency_optimization": False}
-
-    def __init__(self):
-        self._saved = None
-
-    def apply(self) -> None:
-        if self._saved is None:
-            self._saved = tf.config.optimizer.get_experimental_options()
-            tf.config.optimizer.set_experimental_options(self.SETTINGS)
-
-    def restore(self) -> None:
-        if self._saved is not None:
-            restored = {key: self._saved.get(key, True) for key in self.SETTINGS}
-            tf.config.optimizer.set_experimental_options(restored)
-            self._saved = None
+# Grappler's dependency optimizer deletes identity ops that it considers redundant, swap ops
+# included: it is off for the LMS train function (compat.grappler_options, one step at a time).
+GRAPPLER_SETTINGS = {"dependency_optimization": False}

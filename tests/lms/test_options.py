@@ -103,7 +103,7 @@ def test_second_fit_works_and_removing_the_callback_restores_plain_training(lms_
     assert callback.stats["swapped_tensors"] > 0
     fit(model)
     assert "train_step" not in model.__dict__
-    assert type(model.train_function).__name__ != "_GuardedTrainFunction"
+    assert type(model.train_function).__name__ != "_LmsTrainFunction"
 
 
 class InterruptAt(keras.callbacks.Callback):
@@ -124,16 +124,59 @@ def test_interrupted_fit_leaves_no_lms_behind(lms_options, error):
     history = fit(model)  # the next plain fit heals the model before its first step
     assert len(history.history["loss"]) == 1
     assert "train_step" not in model.__dict__
-    assert type(model.train_function).__name__ != "_GuardedTrainFunction"
+    assert type(model.train_function).__name__ != "_LmsTrainFunction"
 
 
 @pytest.mark.parametrize("options, words", [
     ({"lb": 0}, "lb must be a whole number >= 1"), ({"n_tensors": -3}, "-1 \\(all\\)"),
-    ({"budget": "lots"}, "not a memory size"), ({"device": "/GPU:7"}, "no device '/GPU:7'; this process has"),
+    ({"budget": "lots"}, "not a memory size"),
+    ({"device": "/GPU:7"}, "device='/GPU:7' is not a device of this process, which has /CPU:0, /CPU:1"),
+    ({"device": "banana"}, "device='banana' is not a device of this process, which has /CPU:0, /CPU:1: pass one"),
+    ({"device": "/CPU:0", "host_device": "/CPU:9"}, "host_device='/CPU:9' is not a device"),
 ])
 def test_bad_options_say_what_to_do(options, words):
     with pytest.raises(ValueError, match=words):
         fit(models.residual_bn_dropout(), [LMS(verbose=0, **options)])
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"device": 0}, "device takes a device name such as '/GPU:0'"),
+    ({"include_layers": 3}, "include_layers takes a layer name or a list of them"),
+    ({"exclude_types": ["Dense", 7]}, "exclude_types takes names \\(strings\\) or layer classes, got 7"),
+])
+def test_bad_arguments_are_refused_at_construction(options, words):
+    with pytest.raises(ValueError, match=words):
+        LMS(verbose=0, **options)
+
+
+def test_one_name_as_a_string_is_one_name_not_its_letters(lms_options):
+    model = models.residual_bn_dropout()
+    conv = next(layer.name for layer in model.layers if isinstance(layer, keras.layers.Conv2D))
+    by_string, by_list = LMS(include_layers=conv, **lms_options), LMS(include_layers=[conv], **lms_options)
+    assert by_string.selection == by_list.selection
+    fit(model, [by_string])
+    assert by_string.stats["swapped_tensors"] > 0
+    assert {row["layer"] for row in by_string.stats["plan"]} == {conv}
+    by_class = LMS(include_types=keras.layers.Dense, **lms_options)
+    assert by_class.selection.include_types == ("Dense",)
+
+
+def test_names_that_match_no_layer_are_said(lms_options):
+    callback = LMS(include_layers="dense_x", exclude_types=["Conv2d"], **lms_options)
+    fit(models.residual_bn_dropout(), [callback])
+    assert "include_layers names no layer of the model: 'dense_x'" in callback.stats["notes"]
+    assert "exclude_types names no layer type of the model: 'Conv2d'" in callback.stats["notes"]
+
+
+def test_tflms_and_lms_names_both_work_and_must_agree():
+    assert LMSKerasCallback(host_device="/CPU:1").host_device == "/CPU:1"
+    assert LMSKerasCallback(cpu_device="/cpu:1").host_device == "/cpu:1"
+    assert LMSKerasCallback(cpu_device="/cpu:1", host_device="/device:CPU:1").host_device == "/device:CPU:1"
+    assert LMSKerasCallback(incl_scopes="dense_a").selection.include_layers == ("dense_a",)
+    with pytest.raises(ValueError, match="cpu_device='/CPU:0' and host_device='/CPU:1' say different things"):
+        LMSKerasCallback(cpu_device="/CPU:0", host_device="/CPU:1")
+    with pytest.raises(ValueError, match="excl_types=.* and exclude_types=.* say different things"):
+        LMSKerasCallback(excl_types=["Dense"], exclude_types=["Conv2D"])
 
 
 def test_tflms_names_work_through_the_alias(lms_options):

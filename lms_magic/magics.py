@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from IPython.core.error import UsageError
 from IPython.core.magic import (Magics, cell_magic, line_cell_magic, magics_class, needs_local_scope,
                                 output_can_be_silenced)
@@ -92,8 +94,9 @@ class GpuMemMagics(Magics):
         if cell is not None and args.statement:
             raise UsageError("%%gpumem takes options on its first line and code in the cell below; "
                              f"unexpected {' '.join(args.statement)!r}")
-        if not args.interval > 0:
-            raise UsageError(f"-i/--interval must be a positive number of seconds, such as -i 0.01; got {args.interval}")
+        if not (math.isfinite(args.interval) and args.interval > 0):
+            raise UsageError(f"-i/--interval must be a positive, finite number of seconds, such as -i 0.01; "
+                             f"got {args.interval}")
         devices = _parse_devices(args.devices)
         compiled = CompiledCell(self.shell, statement)
         try:
@@ -181,7 +184,7 @@ class LmsFitMagics(Magics):
         interceptor = FitInterceptor(lambda model, a, kw: self._record(result, runner.run(model, a, kw)))
         with interceptor:
             runner = VariantRunner(interceptor.original_fit, options, args.compare, args.steps, args.interval,
-                                   announce)
+                                   announce, result.notes)
             try:
                 value = compiled.run()
             except BaseException:
@@ -218,8 +221,8 @@ class LmsFitMagics(Magics):
             raise UsageError(f"--n-tensors must be -1 (all), 0 (off) or a positive count, got {args.n_tensors}")
         if args.steps is not None and args.steps < 1:
             raise UsageError(f"--steps must be a positive number of steps, got {args.steps}")
-        if not args.interval > 0:
-            raise UsageError(f"-i/--interval must be a positive number of seconds, got {args.interval}")
+        if not (math.isfinite(args.interval) and args.interval > 0):
+            raise UsageError(f"-i/--interval must be a positive, finite number of seconds, got {args.interval}")
         if args.min_bytes < 0:
             raise UsageError(f"--min-bytes must be >= 0, got {args.min_bytes}")
         budget = None
@@ -230,5 +233,11 @@ class LmsFitMagics(Magics):
                 budget = parse_bytes(args.budget)
             except ValueError as error:
                 raise UsageError(f"--budget: {error}") from None
+        from .lms.callback import check_devices
+
+        try:
+            check_devices(args.device, args.host_device)
+        except ValueError as error:
+            raise UsageError(str(error).replace("host_device=", "--host-device ").replace(" device=", " --device "))
         return {"n_tensors": args.n_tensors, "lb": args.lb, "budget": budget, "min_bytes": args.min_bytes,
                 "device": args.device, "host_device": args.host_device, "verbose": 1}

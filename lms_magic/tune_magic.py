@@ -33,8 +33,10 @@ def parse_tune_line(line: str) -> tuple[str, dict]:
     model, options = parts[0].strip(), {}
     if not model:
         raise UsageError("no model: " + _USAGE)
-    if model.startswith("-"):
-        raise UsageError(f"unknown option {model.split()[0]!r}; " + _USAGE)
+    for text in parts[::2]:
+        unknown = re.search(r"(?:^|\s)(--?[A-Za-z][\w-]*)", text)
+        if unknown:
+            raise UsageError(f"unknown option {unknown.group(1)!r}; " + _USAGE)
     for flag, value in zip(parts[1::2], parts[2::2]):
         name, kind = _FLAGS[flag]
         value = value.strip()
@@ -78,30 +80,29 @@ class LmsTuneMagics(Magics):
         """
         model_expr, options = parse_tune_line(line)
         namespace = self.shell.user_ns
-        try:
-            model = eval(model_expr, namespace)
-            data = eval(options.pop("data"), namespace) if "data" in options else None
-        except Exception as error:
-            raise UsageError(f"%lms_tune could not evaluate {error.__class__.__name__}: {error}") from None
+        model = _evaluate(model_expr, namespace, "the model")
+        data = _evaluate(options.pop("data"), namespace, "--data") if "data" in options else None
+        import keras
+
+        if not isinstance(model, keras.Model):
+            raise UsageError(f"%lms_tune: {model_expr!r} is {type(model).__name__!r}, not a Keras model; " + _USAGE)
         autotune_now = options.pop("autotune", False)
         max_trials = options.pop("max_trials", 12)
         if max_trials < 1:
             raise UsageError(f"--max-trials must be at least 1, got {max_trials}")
-        from .lms.plan import BudgetError
+        from .lms.callback import check_devices
         from .tuning import TuningSession
 
         try:
+            check_devices(options.get("device"), options.get("host_device"))
             session = TuningSession(model, data, options.pop("batch_size", 32), options.pop("budget", None),
                                     options.pop("steps", 5), options.pop("min_bytes", DEFAULT_MIN_BYTES), **options)
-        except (ValueError, BudgetError) as error:
-            return self._refuse(str(error))
-        if autotune_now:
-            try:
+            if autotune_now:
                 found = session.autotune(max_trials)
-            except BudgetError as error:
-                return self._refuse(str(error))
-            print(found)
-            return found
+                print(found)
+                return found
+        except ValueError as error:  # BudgetError is one
+            raise UsageError(f"%lms_tune: {error}") from None
         from .ui.dashboard import in_widget_frontend
 
         if not in_widget_frontend(self.shell):
@@ -116,23 +117,14 @@ class LmsTuneMagics(Magics):
 
         from .ui.tuner import Tuner
 
-        tuner = Tuner(session, max_trials)
-        display(tuner)
+        display(Tuner(session, max_trials))
         return None
 
-    def _refuse(self, message: str):
-        """A clear message where the widget would be (in a notebook, a widget line), and nothing runs."""
-        from .ui.dashboard import in_widget_frontend
 
-        text = f"%lms_tune: {message}"
-        if in_widget_frontend(self.shell):
-            try:
-                import ipywidgets as widgets
-                from IPython.display import display
-
-                display(widgets.HTML(f"<b style='color:#b00'>{text}</b>"))
-                return None
-            except ImportError:
-                pass
-        print(text)
-        return None
+def _evaluate(expression: str, namespace: dict, what: str):
+    """``expression`` evaluated in the user's namespace; a UsageError that names ``what`` if it fails."""
+    try:
+        return eval(expression, namespace)
+    except Exception as error:
+        raise UsageError(f"%lms_tune could not evaluate {what} ({expression!r}): {error.__class__.__name__}: "
+                         f"{error}") from None

@@ -83,7 +83,8 @@ def test_return_result_with_o(shell):
 
 
 @pytest.mark.parametrize("options, words", [
-    ("-i 0", "positive number of seconds"), ("-i fast", "invalid float"),
+    ("-i 0", "positive, finite number of seconds"), ("-i fast", "invalid float"),
+    ("-i inf", "positive, finite number of seconds"), ("-i nan", "positive, finite number of seconds"),
     ("-d a,b", "GPU indices separated by commas"), ("--bogus", "unrecognized arguments"),
 ])
 def test_bad_options_raise_usage_errors(shell, options, words):

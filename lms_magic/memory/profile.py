@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -81,8 +82,8 @@ class MemoryProfiler:
         counters: list[AllocatorCounter] | None = None,
         exact_host_peak: bool = True,
     ):
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s!r}")
+        if not (isinstance(interval_s, (int, float)) and math.isfinite(interval_s) and interval_s > 0):
+            raise ValueError(f"interval_s must be a positive, finite number of seconds, got {interval_s!r}")
         self.interval_s = float(interval_s)
         self._requested = None if devices is None else [int(d) for d in devices]
         self._source = gpu_source if gpu_source is not None else NvmlSource()

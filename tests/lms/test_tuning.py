@@ -153,16 +153,24 @@ def test_apply_sets_the_next_lms_fit_and_prints_the_call(session, shell, data, c
     ("plain --data (x, y)", "not compiled"),
     ("model --data (x, y) --budget 1KiB", "below the model's weights"),
     ("model --data (x, y) --budget lots", "not a memory size"),
+    ("3 --data (x, y)", "'3' is 'int', not a Keras model"),
+    ("model --data (x, y) --bogus 3", "unknown option '--bogus'"),
+    ("model --bogus 3 --data (x, y)", "unknown option '--bogus'"),
+    ("model --data (x, y) --device /GPU:7", "device='/GPU:7' is not a device of this process, which has /CPU:0"),
+    ("model --data (x, z)", "could not evaluate --data ('(x, z)'): NameError"),
 ])
-def test_bad_input_gets_a_clear_message_and_nothing_runs(shell, data, capsys, line, message):
+def test_bad_input_gets_a_clear_error_and_nothing_runs(shell, data, line, message):
     import keras
+    from IPython.core.error import UsageError
 
     model = reference_cnn_small()
     before = [v.numpy() for v in model.variables]
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     shell.user_ns.update(model=model, plain=plain, x=data[0], y=data[1])
-    assert shell.run_line_magic("lms_tune", line) is None
-    assert message in capsys.readouterr().out
+    with pytest.raises(UsageError) as raised:
+        shell.run_line_magic("lms_tune", line)
+    assert message in str(raised.value)
+    assert not shell.run_cell(f"%lms_tune {line}").success  # the cell fails, as with %timeit's errors
     assert model.train_function is None  # nothing trained
     for old, variable in zip(before, model.variables):
         np.testing.assert_array_equal(old, variable.numpy())

@@ -155,9 +155,10 @@ def test_keyboard_interrupt_marks_interrupted():
     assert report.status == "interrupted"
 
 
-def test_bad_interval_is_a_value_error():
-    with pytest.raises(ValueError, match="positive number of seconds"):
-        MemoryProfiler(interval_s=0)
+@pytest.mark.parametrize("interval_s", [0, -1, float("inf"), float("nan"), "0.01"])
+def test_bad_interval_is_a_value_error(interval_s):
+    with pytest.raises(ValueError, match="positive, finite number of seconds"):
+        MemoryProfiler(interval_s=interval_s)
 
 
 def test_to_dict_has_the_documented_keys():

@@ -19,7 +19,7 @@ import numpy as np
 
 from .fit_results import VariantResult
 from .memory.profile import MemoryProfiler, profiling
-from .snapshot import TrainingState
+from .snapshot import CallbackState, TrainingState
 
 OOM_ADVICE = ("try LMS (%%lms_fit), a memory budget (--budget 6GiB), or a smaller batch size")
 
@@ -102,16 +102,30 @@ class VariantRunner:
         compare: also run without LMS.
         max_steps: stop each variant after this many steps.
         interval_s: memory sampling interval.
+        announce: prints a line as each variant starts.
+        notes: where to add notes on the comparison (the result's notes).
     """
 
     def __init__(self, fit, lms_options: dict, compare: bool, max_steps: int | None, interval_s: float,
-                 announce=print):
+                 announce=print, notes: list | None = None):
         self._fit = fit
         self.lms_options = lms_options
         self.compare = compare
         self.max_steps = max_steps
         self.interval_s = interval_s
         self._announce = announce
+        self.notes = notes if notes is not None else []  # what the user should know about the comparison
+
+    def _note_unfair_data(self, data) -> None:
+        from . import compat
+
+        if compat.reshuffles_each_iteration(data):
+            note = ("--compare: the tf.data pipeline shuffles in a new order for each pass over it, so the variants "
+                    "trained on different batches (their losses differ for that reason alone); for the same "
+                    "batches, shuffle with .shuffle(n, seed=..., reshuffle_each_iteration=False) or pass arrays "
+                    "(x, y) with shuffle=True, which %%lms_fit seeds alike for both variants")
+            if note not in self.notes:
+                self.notes.append(note)
 
     def run(self, model, args: tuple, kwargs: dict) -> tuple[object, list[VariantResult]]:
         from .lms.callback import LMS
@@ -124,12 +138,15 @@ class VariantRunner:
         recording = _Recording(data, keep_all=self.compare) if _one_shot(data) else None
         if self.compare:
             _build_for_training(model, args, kwargs)
-        state = TrainingState.capture(model)
+        if self.compare:
+            self._note_unfair_data(data)
+        state, callback_state = TrainingState.capture(model), CallbackState.capture(kwargs.get("callbacks"))
         seed = int(np.random.default_rng().integers(2**31 - 1))
         names = ["no_lms", "lms"] if self.compare else ["lms"]
         results, histories = [], {}
         for name in names:
             state.restore()
+            callback_state.restore()
             keras.utils.set_random_seed(seed)
             if recording is not None:
                 # Keras reads generators (not other iterators): replay through one

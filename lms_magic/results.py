@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-
-MIB = 2**20
+from .units import MIB  # noqa: F401  (MIB: a name callers import from here)
 
 
 def _mib(n_bytes: int | None) -> float | None:

@@ -8,6 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from .lms.plan import DEFAULT_MIN_BYTES
+from .units import format_mib
 
 # flag -> (attribute, kind): "expr" is Python evaluated in the user's namespace
 _FLAGS = {
@@ -110,8 +111,8 @@ class LmsTuneMagics(Magics):
 
             estimate = session.estimate(Setting(-1, 1, session.batch_size))
             print(f"%lms_tune: the sliders need a notebook. Prediction with every candidate swapped: "
-                  f"{estimate.peak_bytes / 2**20:.1f} MiB (without LMS {estimate.peak_bytes_without_lms / 2**20:.1f}"
-                  " MiB). Add --autotune to search here.")
+                  f"{format_mib(estimate.peak_bytes)} (without LMS {format_mib(estimate.peak_bytes_without_lms)}). "
+                  "Add --autotune to search here.")
             return None
         from IPython.display import display
 

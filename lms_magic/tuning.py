@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .lms.plan import DEFAULT_MIN_BYTES, BudgetError, Selection, parse_bytes
 from .lms.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
+from .units import format_mib
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)
 _APPLIED: dict = {}  # what the tuner's Apply chose: the next %%lms_fit's defaults
@@ -101,8 +102,8 @@ class TuningSession:
         """Sets the budget (None: none); refuses one below the weights and optimizer state."""
         budget_bytes = None if budget is None else parse_bytes(budget)
         if budget_bytes is not None and budget_bytes < self.persistent_bytes:
-            raise ValueError(f"the budget {budget_bytes / 2**20:.1f} MiB is below the model's weights and optimizer "
-                             f"state ({self.persistent_bytes / 2**20:.1f} MiB), which LMS does not swap: "
+            raise ValueError(f"the budget {format_mib(budget_bytes)} is below the model's weights and optimizer "
+                             f"state ({format_mib(self.persistent_bytes)}), which LMS does not swap: "
                              "raise the budget")
         self.budget_bytes = budget_bytes
 

@@ -9,39 +9,12 @@ binary search over the count with a peak predictor (the liveness replay).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..units import format_mib, parse_bytes  # noqa: F401  (parse_bytes: callers import it from here)
+
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(value: int | float | str) -> int:
-    """Reads a memory size: a number of bytes, or a string such as ``"6GiB"`` or ``"500 MB"``.
-
-    Raises:
-        ValueError: the value is not a positive size (the message shows the accepted forms).
-
-    Example:
-        >>> parse_bytes("6GiB"), parse_bytes("1.5 MB"), parse_bytes(1024)
-        (6442450944, 1500000, 1024)
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"not a memory size: {value!r}")
-    if isinstance(value, (int, float)):
-        n_bytes = int(value)
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-        if not match or match.group(2).lower() not in _UNITS:
-            raise ValueError(f"not a memory size: {value!r}; use bytes or a string such as '6GiB', '512MiB', '8GB'")
-        n_bytes = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    if n_bytes <= 0:
-        raise ValueError(f"a memory size must be positive, got {value!r}")
-    return n_bytes
-
 
 @dataclass(frozen=True)
 class Candidate:
@@ -168,8 +141,8 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
     lowest = predicted_peak(eligible)
     if lowest > budget_bytes:
         raise BudgetError(
-            f"the predicted device peak is {lowest / 2**20:.1f} MiB even with all {len(eligible)} eligible tensors "
-            f"swapped, above the budget of {budget_bytes / 2**20:.1f} MiB; try a smaller batch, a lower min_bytes, "
+            f"the predicted device peak is {format_mib(lowest)} even with all {len(eligible)} eligible tensors "
+            f"swapped, above the budget of {format_mib(budget_bytes)}; try a smaller batch, a lower min_bytes, "
             "or a larger budget"
         )
     low, high = 1, len(eligible)  # invariant: prefix of `high` fits

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from ..units import format_mib
 from .plan import BudgetError, Selection, fewest_swaps_within
 from .predict import TracedStep, variables_bytes
 from .tensorflow import find_candidates, layer_resolver
@@ -130,8 +131,8 @@ class StepPredictor:
         plain = [item.candidate for item in eligible]
         if self.persistent_bytes > budget_bytes:
             raise BudgetError(f"the model's weights and optimizer state alone take "
-                              f"{self.persistent_bytes / 2**20:.1f} MiB, above the budget of "
-                              f"{budget_bytes / 2**20:.1f} MiB; LMS swaps activations, not weights: "
+                              f"{format_mib(self.persistent_bytes)}, above the budget of "
+                              f"{format_mib(budget_bytes)}; LMS swaps activations, not weights: "
                               "raise the budget or use a smaller model")
         return len(fewest_swaps_within(plain, budget_bytes, lambda chosen: self._peak(lb, batch_size, len(chosen))))
 

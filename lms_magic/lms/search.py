@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
-
-MIB = 2**20
+from ..units import MIB
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ from collections import defaultdict
 import torch
 
 from .plan import Candidate, Selection
-
-MIB = 2**20
+from ..units import MIB
 
 
 def _current_layer() -> tuple[str, str]:

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from .frameworks import AllocatorCounter
 from .nvml import GpuLost, GpuSource, GpuUnavailable
-
-_MIB = 2**20
+from ..units import MIB as _MIB
 
 
 @dataclass

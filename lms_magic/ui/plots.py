@@ -4,7 +4,12 @@ Kaggle and exported HTML alike."""
 
 from __future__ import annotations
 
-from ..results import MIB, MemoryReport
+from typing import TYPE_CHECKING
+
+from ..units import MIB
+
+if TYPE_CHECKING:  # the report modules import this one inside their figure() / save_html()
+    from ..results import MemoryReport
 
 
 def _plotly():

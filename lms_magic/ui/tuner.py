@@ -15,8 +15,7 @@ import time
 
 from ..lms.search import PatternSearch, Setting, Trial
 from .plots import figure_bundle
-
-MIB = 2**20
+from ..units import MIB
 
 
 def _batch_choices(batch_size: int) -> list[int]:

@@ -9,53 +9,16 @@ recorded during the first variant and replayed for the second.
 
 from __future__ import annotations
 
+import functools
 import inspect
-import statistics
-import time
 from collections.abc import Iterator
 
 import keras
 import numpy as np
 
 from .fit_results import VariantResult
-from .memory.profile import MemoryProfiler, profiling
-from .snapshot import CallbackState, TrainingState
-
-OOM_ADVICE = ("try LMS (%%lms_fit), a memory budget (--budget 6GiB), or a smaller batch size")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """TensorFlow's ResourceExhaustedError, PyTorch's OutOfMemoryError, JAX's RESOURCE_EXHAUSTED."""
-    name = type(error).__name__
-    text = str(error)
-    return name in ("ResourceExhaustedError", "OutOfMemoryError") or "RESOURCE_EXHAUSTED" in text \
-        or "out of memory" in text.lower()
-
-
-class StepRecorder(keras.callbacks.Callback):
-    """Times each training step and keeps its logs; stops after ``max_steps`` if given."""
-
-    def __init__(self, max_steps: int | None = None):
-        super().__init__()
-        self.max_steps = max_steps
-        self.step_s: list[float] = []
-        self.losses: list[float] = []
-        self._started = 0.0
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._started = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.step_s.append(time.perf_counter() - self._started)
-        if logs and "loss" in logs:
-            self.losses.append(float(logs["loss"]))
-        if self.max_steps is not None and len(self.step_s) >= self.max_steps:
-            self.model.stop_training = True
-
-    def time_per_step_s(self) -> float | None:
-        timed = self.step_s[1:] if len(self.step_s) > 1 else self.step_s  # the first step traces
-        return statistics.median(timed) if timed else None
-
+from .memory.profile import MemoryProfiler
+from .runs import OOM_ADVICE, FairStart
 
 class _Recording:
     """A one-shot iterator's batches as the first variant draws them (all, or only the first)."""
@@ -140,42 +103,27 @@ class VariantRunner:
             _build_for_training(model, args, kwargs)
         if self.compare:
             self._note_unfair_data(data)
-        state, callback_state = TrainingState.capture(model), CallbackState.capture(kwargs.get("callbacks"))
-        seed = int(np.random.default_rng().integers(2**31 - 1))
+        start = FairStart(model, kwargs.get("callbacks"))
         names = ["no_lms", "lms"] if self.compare else ["lms"]
         results, histories = [], {}
         for name in names:
-            state.restore()
-            callback_state.restore()
-            keras.utils.set_random_seed(seed)
             if recording is not None:
                 # Keras reads generators (not other iterators): replay through one
                 source = iter(recording) if name == names[0] else (batch for batch in list(recording.batches))
                 args, kwargs = _replace_data(args, kwargs, source)
-            recorder = StepRecorder(self.max_steps)
-            callbacks = list(kwargs.get("callbacks") or []) + [recorder]
             hint = recording.batch_size if recording is not None else None
             lms = LMS(**self.lms_options, batch_size_hint=hint) if name == "lms" else None
-            if lms is not None:
-                callbacks.append(lms)
             self._announce(f"--- %%lms_fit: {'with LMS' if lms else 'without LMS'} ({name}) ---")
             profiler = MemoryProfiler(interval_s=self.interval_s).start()
-            status, error, history = "ok", None, None
-            try:
-                with profiling(profiler):
-                    history = self._fit(model, *args, **{**kwargs, "callbacks": callbacks})
-            except Exception as raised:
-                if not is_out_of_memory(raised):
-                    state.restore()
-                    raise
-                status, error = "oom", f"out of memory: {OOM_ADVICE}"
+            outcome = start.run(functools.partial(self._fit, model), args, kwargs, [lms] if lms else [], self.max_steps, profiler)
+            error = None
+            if outcome.status == "oom":
+                error = f"out of memory: {OOM_ADVICE}"
                 self._announce(f"--- {name} ran out of memory; {OOM_ADVICE} ---")
-            histories[name] = history
+            histories[name] = outcome.history
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
-            results.append(VariantResult.from_run(name, status, error, recorder, profiler.report, history, lms,
-                                                  batch_size))
-        if results[-1].status != "ok":
-            state.restore()  # the model as it was before this fit: consistent, not half-trained
+            results.append(VariantResult.from_run(name, outcome.status, error, outcome.recorder, profiler.report,
+                                                  outcome.history, lms, batch_size))
         chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
         return chosen if chosen is not None else keras.callbacks.History(), results
 

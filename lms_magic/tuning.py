@@ -3,7 +3,7 @@
 A :class:`TuningSession` holds what the sliders and buttons of ``%lms_tune``
 need: one :class:`~lms_magic.lms.predictor.StepPredictor` (the liveness
 replay that ``LMS`` reports, traced once), one
-:class:`~lms_magic.lms.trials.TrialRunner` (K steps from one saved start),
+:class:`~lms_magic.trials.TrialRunner` (K steps from one saved start),
 the host link bandwidth, and the trials so far. :func:`autotune` is the same
 search as a Python call.
 """
@@ -78,7 +78,7 @@ class TuningSession:
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str = "/CPU:0",
                  bandwidth=None):
         from .lms.predictor import StepPredictor
-        from .lms.trials import TrialRunner, take_samples
+        from .trials import TrialRunner, take_samples
         from .memory.bandwidth import host_link_bandwidth
 
         if not isinstance(batch_size, int) or batch_size < 1:

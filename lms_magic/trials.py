@@ -3,15 +3,16 @@
 Every trial starts from the same weights, optimizer state and random seed and
 trains on the same batches (the first ``batch_size * (steps + 1)`` samples, in
 order); the first step traces and rewrites, so it is not timed. After every
-trial, and whatever happens in it, the model is put back as it was.
+trial, and whatever happens in it, the model is put back as it was. The runs
+are :class:`~lms_magic.runs.FairStart` runs, as ``%%lms_fit --compare``'s.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..snapshot import TrainingState
-from .search import Setting, Trial
+from .lms.search import Setting, Trial
+from .runs import FairStart
 
 
 def _gpus() -> list[str]:
@@ -84,8 +85,7 @@ class TrialRunner:
         self.device = self.options.pop("device", None) or (gpus[0] if gpus else "/CPU:0")
         self.gpu = "GPU" in self.device.upper()
         self.predictor = predictor
-        self.state = TrainingState.capture(model)
-        self.seed = 1234
+        self.start = FairStart(model, seed=1234)
 
     @property
     def peak_source(self) -> str:
@@ -93,33 +93,26 @@ class TrialRunner:
 
     def measure(self, setting: Setting) -> Trial:
         """Trains ``steps + 1`` steps with ``setting``; the model ends as it started."""
-        import keras
         import tensorflow as tf
 
-        from ..compare import StepRecorder, is_out_of_memory
-        from .callback import LMS
+        from .lms.callback import LMS
 
         if setting.batch_size < 1:
             raise ValueError(f"the batch size must be at least 1, got {setting.batch_size}")
         arrays = take_samples(self.data, setting.batch_size * (self.steps + 1))
-        recorder = StepRecorder(self.steps + 1)
         lms = None
         if setting.n_tensors != 0:
             lms = LMS(n_tensors=setting.n_tensors, lb=setting.lb, device=self.device, verbose=0, **self.options)
-        self.state.restore()
-        keras.utils.set_random_seed(self.seed)
-        if self.gpu:
-            tf.config.experimental.reset_memory_stats(self.device.strip("/"))
+        reset_peak = (lambda: tf.config.experimental.reset_memory_stats(self.device.strip("/"))) if self.gpu else None
         try:
-            self.model.fit(*arrays, batch_size=setting.batch_size, epochs=1, shuffle=False, verbose=0,
-                           callbacks=[recorder] + ([lms] if lms else []))
-        except Exception as error:
-            if not is_out_of_memory(error):
-                raise
-            return Trial(setting, "oom", message=f"out of memory: {str(error).splitlines()[0][:200]}")
+            outcome = self.start.run(self.model.fit, arrays, {"batch_size": setting.batch_size, "epochs": 1,
+                                                               "shuffle": False, "verbose": 0},
+                                     [lms] if lms else [], self.steps + 1, before_fit=reset_peak)
+            if outcome.status == "oom":
+                return Trial(setting, "oom", message=f"out of memory: {outcome.error_line}")
+            return Trial(setting, "ok", step_s=outcome.recorder.time_per_step_s(), peak_bytes=self._peak(setting, lms))
         finally:
-            self.state.restore()
-        return Trial(setting, "ok", step_s=recorder.time_per_step_s(), peak_bytes=self._peak(setting, lms))
+            self.start.restore()
 
     def _peak(self, setting: Setting, lms) -> int | None:
         import tensorflow as tf

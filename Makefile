@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test demo bench clean
+.PHONY: install browser test test-oldest demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,17 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/python -m pytest
 	KERAS_BACKEND=torch $(BIN)/python -m pytest tests/torch_backend lms_magic/lms/torch_offload.py -p no:warnings
+
+# The LMS tests on the oldest supported TensorFlow / Keras pair (lms_magic/compat.py SUPPORTED), in a venv of its own.
+OLDEST := .venv-oldest
+$(OLDEST)/.installed: pyproject.toml
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -e . pytest memory-profiler "tensorflow-cpu==2.17.*" "keras==3.5.*" "numpy<2"
+	touch $(OLDEST)/.installed
+
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pytest tests/lms tests/test_magics.py -p no:warnings
 
 demo: $(STAMP)
 	$(BIN)/python notebooks/run_demo.py --out build --param N_ROWS=20_000 --param IMAGE_SIZE=128

@@ -10,6 +10,7 @@ import keras
 
 from .. import compat
 from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, fewest_swaps_within, parse_bytes
+from ..units import MIB
 
 
 class _Lazy:
@@ -27,7 +28,6 @@ _func_graph = _Lazy("tensorflow.python.framework.func_graph")
 _predict = _Lazy("lms_magic.lms.predict")
 _graph = _Lazy("lms_magic.lms.tensorflow")
 
-MIB = 2**20
 _said_no_gpu = False
 
 
@@ -163,6 +163,7 @@ class LMS(keras.callbacks.Callback):
             from .jax_offload import unsupported_message
 
             raise RuntimeError(unsupported_message(backend))
+        compat.check_versions(backend)
         self.stats = self._empty_stats("")
         self.stats["notes"] += self.selection.unknown_names(compat.layer_types(self.model))
         if self.selection.n_tensors == 0 and self.budget_bytes is None:

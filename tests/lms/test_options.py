@@ -202,3 +202,18 @@ def test_fit_generator_runs_old_code_with_lms(lms_options):
     assert len(history.history["loss"]) == 2 and callback.stats["swapped_tensors"] > 0
     with pytest.warns(UserWarning, match="workers are ignored"):
         fit_generator(models.residual_bn_dropout(), batches(), steps_per_epoch=1, verbose=0, workers=4)
+
+
+def test_outside_the_supported_versions_lms_refuses_before_changing_anything(lms_options, monkeypatch):
+    from lms_magic import compat
+
+    monkeypatch.setitem(compat.SUPPORTED, "keras", ("3.0", "3.1"))
+    model = models.residual_bn_dropout()
+    with pytest.raises(RuntimeError, match=r"keras 3\.\d+\.\d+ \(supported: 3\.0 to 3\.1\)\. Install a supported "
+                                           r"version, or set LMS_MAGIC_SKIP_VERSION_CHECK=1"):
+        fit(model, [LMS(**lms_options)])
+    assert "train_step" not in model.__dict__
+    monkeypatch.setenv("LMS_MAGIC_SKIP_VERSION_CHECK", "1")
+    callback = LMS(**lms_options)
+    fit(model, [callback])
+    assert callback.stats["swapped_tensors"] > 0

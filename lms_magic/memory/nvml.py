@@ -143,11 +143,28 @@ class NvmlSource(GpuSource):
         return int(self._memory(index).used)
 
     def process_used_bytes(self, index: int, pid: int) -> int | None:
-        processes = self._call(self._pynvml.nvmlDeviceGetComputeRunningProcesses, self._handle(index))
+        """This process's memory on the GPU; None where NVML does not list it or cannot say.
+
+        A GPU that cannot list its processes (NOT_SUPPORTED under vGPU, MIG or WSL,
+        for example) still measures its used memory: only this field is missing,
+        as nvitop shows N/A for it. A lost GPU still raises GpuLost.
+        """
+        handle = self._handle(index)
+        try:
+            processes = self._pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except self._pynvml.NVMLError as error:
+            if getattr(error, "value", None) in (_GPU_IS_LOST, _NO_PERMISSION, _DRIVER_NOT_LOADED,
+                                                 _LIBRARY_NOT_FOUND):
+                self._call(_raise, error)
+            return None
         for process in processes:
             if process.pid == pid and process.usedGpuMemory is not None:
                 return int(process.usedGpuMemory)
         return None
+
+
+def _raise(error):
+    raise error
 
 
 def _reason(error) -> str:

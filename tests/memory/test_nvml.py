@@ -16,7 +16,7 @@ class FakeNVMLError(Exception):
         self.value = value
 
 
-def fake_pynvml(init_error=None, pid_listed=True, lost=False):
+def fake_pynvml(init_error=None, pid_listed=True, lost=False, processes_error=None):
     module = types.ModuleType("pynvml")
     module.NVMLError = FakeNVMLError
     module.nvmlMemory_v2 = 0x02000028
@@ -38,9 +38,12 @@ def fake_pynvml(init_error=None, pid_listed=True, lost=False):
     module.nvmlDeviceGetName = lambda h: b"Tesla T4"
     module.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
     module.nvmlDeviceGetMemoryInfo = memory
-    module.nvmlDeviceGetComputeRunningProcesses = lambda h: (
-        [SimpleNamespace(pid=pid_listed, usedGpuMemory=512 * 2**20)] if pid_listed else []
-    )
+    def processes(handle):
+        if processes_error is not None:
+            raise FakeNVMLError(processes_error)
+        return [SimpleNamespace(pid=pid_listed, usedGpuMemory=512 * 2**20)] if pid_listed else []
+
+    module.nvmlDeviceGetComputeRunningProcesses = processes
     module.calls = calls
     return module
 
@@ -93,6 +96,23 @@ def test_process_use_only_when_pid_listed(install):
     source.open()
     assert source.process_used_bytes(0, 4242) == 512 * 2**20
     assert source.process_used_bytes(0, 1) is None
+
+
+def test_a_gpu_that_cannot_list_processes_still_measures(install):
+    """NOT_SUPPORTED (3) from the process list (vGPU, MIG, WSL) marked the whole GPU as lost."""
+    install(fake_pynvml(processes_error=3))
+    source = NvmlSource()
+    source.open()
+    assert source.process_used_bytes(0, 4242) is None
+    assert source.used_bytes(0) == 2**30
+
+
+def test_a_lost_gpu_in_the_process_list_is_still_lost(install):
+    install(fake_pynvml(processes_error=15))
+    source = NvmlSource()
+    source.open()
+    with pytest.raises(GpuLost):
+        source.process_used_bytes(0, 4242)
 
 
 @pytest.mark.parametrize("setting, expected", [

@@ -25,10 +25,7 @@ class CompiledCell:
         self._shell = shell
         transformed = shell.transform_cell(source)
         # Registering the text with the compiler makes tracebacks show the cell's lines.
-        try:
-            filename = shell.compile.cache(transformed, shell.execution_count, raw_code=source)
-        except TypeError:  # IPython before 8.6 takes no raw_code
-            filename = shell.compile.cache(transformed, shell.execution_count)
+        filename = shell.compile.cache(transformed, shell.execution_count, raw_code=source)
         tree = shell.transform_ast(shell.compile.ast_parse(transformed, filename=filename))
         self._value = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):

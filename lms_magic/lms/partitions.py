@@ -10,24 +10,16 @@ does not. The reader takes GraphDef protos, or anything with the same fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .simulate import FORWARDING_OPS, Node
+from .simulate import FORWARDING_OPS, SHAPE_OPS, Node
 
 # Ops whose output 0 is their input 0's buffer (TensorFlow forwards it).
 ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
                           "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
-SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 # Ops whose outputs hold no new memory of the step (variables, constants).
 FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
-                      "Shape", "ShapeN", "Size", "Rank", "_Retval", "_DeviceRetval"})
-
-
-@dataclass
-class _Source:
-    name: str
-    index: int
+                      "_Retval", "_DeviceRetval"}) | SHAPE_OPS
 
 
 def _parse_input(text: str) -> tuple[str, int, bool]:
@@ -140,7 +132,7 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
                 continue  # a loop's back edge: the replay walks one iteration
             if is_control:
                 control.append(name)
-            elif node.op not in SHAPE_READERS:  # shape ops read metadata, not the buffer
+            elif node.op not in SHAPE_OPS:  # shape ops read metadata, not the buffer
                 data.append(rewired.get((name, index), (name, index)))
         inputs_of[node.name] = (data, control)
         for name, index in data:

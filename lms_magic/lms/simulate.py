@@ -50,6 +50,9 @@ class Node:
     forwards_input: bool = False
 
 
+# Ops that read a tensor's shape, not its buffer: they neither keep it alive nor need it swapped in.
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
 # Element-wise kernels that write into an input's buffer when nothing else reads it
 # (TensorFlow's forward_input_or_allocate_output).
 FORWARDING_OPS = frozenset({

@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from .. import compat
 from .plan import Candidate
+from .simulate import SHAPE_OPS
 
 BACKWARD_SCOPES = ("gradient_tape/", "gradients/")
-SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 _SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
 _LOOP_OPS = frozenset({"While", "StatelessWhile"})
 _REPLICA_PREFIX = re.compile(r"^(replica_\d+/)?")

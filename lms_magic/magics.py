@@ -32,10 +32,15 @@ MAGIC_NAMES = ("gpumem", "lms_fit", "lms_tune")
 
 
 def register(shell) -> None:
-    """Registers the magics with ``shell`` (called by ``%load_ext lms_magic``)."""
+    """Registers the magics with ``shell`` (called by ``%load_ext lms_magic``).
+
+    ``%lms_tune``'s Apply sets the defaults of the ``%%lms_fit`` registered
+    with it (the fit magics object owns them).
+    """
     shell.register_magics(GpuMemMagics)
-    shell.register_magics(LmsFitMagics)
-    shell.register_magics(LmsTuneMagics)
+    fit_magics = LmsFitMagics(shell)
+    shell.register_magics(fit_magics)
+    shell.register_magics(LmsTuneMagics(shell, on_apply=fit_magics.apply_defaults))
 
 
 def unregister(shell) -> None:
@@ -140,6 +145,14 @@ class GpuMemMagics(Magics):
 class LmsFitMagics(Magics):
     """``%%lms_fit``: train with Large Model Support, and compare fairly with plain training."""
 
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell, **kwargs)
+        self.defaults = {"n_tensors": -1, "lb": 1}  # %lms_tune's Apply changes them
+
+    def apply_defaults(self, n_tensors: int, lb: int) -> None:
+        """Makes ``n_tensors`` and ``lb`` the defaults of the following ``%%lms_fit`` cells."""
+        self.defaults = {"n_tensors": n_tensors, "lb": lb}
+
     @magic_arguments()
     @argument("--n-tensors", type=int, default=None,
               help="tensors to swap: -1 all (default, or what %%lms_tune's Apply chose), 0 none, N the first N")
@@ -206,19 +219,13 @@ class LmsFitMagics(Magics):
         result.calls.append(variants)
         return history
 
-    @staticmethod
-    def _lms_options(args) -> dict:
-        from .tuning import applied_options
-
-        applied = applied_options()
-        if args.n_tensors is None:
-            args.n_tensors = applied.get("n_tensors", -1)
-        if args.lb is None:
-            args.lb = applied.get("lb", 1)
-        if args.lb < 1:
-            raise UsageError(f"--lb must be a whole number >= 1, got {args.lb}")
-        if args.n_tensors < -1:
-            raise UsageError(f"--n-tensors must be -1 (all), 0 (off) or a positive count, got {args.n_tensors}")
+    def _lms_options(self, args) -> dict:
+        n_tensors = self.defaults["n_tensors"] if args.n_tensors is None else args.n_tensors
+        lb = self.defaults["lb"] if args.lb is None else args.lb
+        if lb < 1:
+            raise UsageError(f"--lb must be a whole number >= 1, got {lb}")
+        if n_tensors < -1:
+            raise UsageError(f"--n-tensors must be -1 (all), 0 (off) or a positive count, got {n_tensors}")
         if args.steps is not None and args.steps < 1:
             raise UsageError(f"--steps must be a positive number of steps, got {args.steps}")
         if not (math.isfinite(args.interval) and args.interval > 0):
@@ -239,5 +246,5 @@ class LmsFitMagics(Magics):
             check_devices(args.device, args.host_device)
         except ValueError as error:
             raise UsageError(str(error).replace("host_device=", "--host-device ").replace(" device=", " --device "))
-        return {"n_tensors": args.n_tensors, "lb": args.lb, "budget": budget, "min_bytes": args.min_bytes,
+        return {"n_tensors": n_tensors, "lb": lb, "budget": budget, "min_bytes": args.min_bytes,
                 "device": args.device, "host_device": args.host_device, "verbose": 1}

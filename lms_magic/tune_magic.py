@@ -6,62 +6,65 @@ import re
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from .lms.plan import DEFAULT_MIN_BYTES
 from .units import format_mib
 
-# flag -> (attribute, kind): "expr" is Python evaluated in the user's namespace
-_FLAGS = {
-    "--data": ("data", "expr"), "--batch-size": ("batch_size", int), "--budget": ("budget", str),
-    "--steps": ("steps", int), "--max-trials": ("max_trials", int), "--min-bytes": ("min_bytes", int),
-    "--device": ("device", str), "--host-device": ("host_device", str), "--autotune": ("autotune", bool),
-}
 _USAGE = ("usage: %lms_tune MODEL --data (x, y) [--batch-size 32] [--budget 6GiB] [--steps 5] [--max-trials 12] "
           "[--min-bytes 65536] [--device /GPU:0] [--host-device /CPU:0] [--autotune]")
 
 
-def parse_tune_line(line: str) -> tuple[str, dict]:
-    """Splits the line into the model expression and the options (values still text for expressions).
+def split_tune_line(line: str, flags) -> list[str]:
+    """The line as argv for ``magic_arguments``: a model or data expression stays one argument.
 
-    Expressions may hold spaces and commas: an option's value runs to the next known flag.
+    Expressions may hold spaces and commas, so the line is cut at the known
+    flags only: an option's value runs to the next flag. A word that looks
+    like an unknown option is a UsageError (it would otherwise be read as
+    part of an expression).
 
     Example:
-        >>> parse_tune_line("model --batch-size 64 --data (x_train, y_train)")
-        ('model', {'batch_size': 64, 'data': '(x_train, y_train)'})
+        >>> split_tune_line("model --batch-size 64 --data (x_train, y_train) --autotune",
+        ...                 ["--batch-size", "--data", "--autotune"])
+        ['model', '--batch-size', '64', '--data', '(x_train, y_train)', '--autotune']
     """
-    flag_pattern = "|".join(re.escape(flag) for flag in sorted(_FLAGS, key=len, reverse=True))
+    flag_pattern = "|".join(re.escape(flag) for flag in sorted(flags, key=len, reverse=True))
     parts = re.split(rf"(?:^|\s)({flag_pattern})(?=\s|$)", " " + line.strip())
-    model, options = parts[0].strip(), {}
-    if not model:
-        raise UsageError("no model: " + _USAGE)
     for text in parts[::2]:
         unknown = re.search(r"(?:^|\s)(--?[A-Za-z][\w-]*)", text)
         if unknown:
             raise UsageError(f"unknown option {unknown.group(1)!r}; " + _USAGE)
+    argv = [parts[0].strip()] if parts[0].strip() else []
     for flag, value in zip(parts[1::2], parts[2::2]):
-        name, kind = _FLAGS[flag]
-        value = value.strip()
-        if kind is bool:
-            if value:
-                raise UsageError(f"{flag} takes no value, got {value!r}")
-            options[name] = True
-            continue
-        if not value:
-            raise UsageError(f"{flag} needs a value; " + _USAGE)
-        if kind is int:
-            try:
-                options[name] = int(value)
-            except ValueError:
-                raise UsageError(f"{flag} takes a whole number, got {value!r}") from None
-        else:
-            options[name] = value
-    return model, options
+        argv += [flag] + ([value.strip()] if value.strip() else [])
+    return argv
 
 
 @magics_class
 class LmsTuneMagics(Magics):
-    """``%lms_tune``: sliders for the LMS knobs with instant predictions, Measure, Autotune, Apply."""
+    """``%lms_tune``: sliders for the LMS knobs with instant predictions, Measure, Autotune, Apply.
 
+    Args:
+        shell: the InteractiveShell.
+        on_apply: called with ``n_tensors`` and ``lb`` when Apply is pressed
+            (``%%lms_fit``'s ``apply_defaults``, as :func:`lms_magic.magics.register` wires it).
+    """
+
+    def __init__(self, shell=None, on_apply=None, **kwargs):
+        super().__init__(shell, **kwargs)
+        self.on_apply = on_apply
+
+    @magic_arguments()
+    @argument("model", nargs="?", help="the compiled Keras model: a name or an expression")
+    @argument("--data", help="the training data: (x, y) arrays or a tf.data.Dataset (an expression)")
+    @argument("--batch-size", type=int, default=32, help="the batch size to start from (default 32)")
+    @argument("--budget", default=None, help="device memory to stay under, e.g. 6GiB")
+    @argument("--steps", type=int, default=5, help="timed steps per measured trial (default 5)")
+    @argument("--max-trials", type=int, default=12, help="measured trials of the autotuner (default 12)")
+    @argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="leave smaller tensors alone (default 65536)")
+    @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
+    @argument("--host-device", default="/CPU:0", help="where swapped tensors wait (default /CPU:0)")
+    @argument("--autotune", action="store_true", help="search now and return the result (no widget)")
     @line_magic
     def lms_tune(self, line):
         """Tune LMS for a compiled Keras model.
@@ -79,27 +82,29 @@ class LmsTuneMagics(Magics):
 
             %lms_tune model --batch-size 64 --data (x_train, y_train) --budget 6GiB
         """
-        model_expr, options = parse_tune_line(line)
+        parser = self.lms_tune.parser
+        flags = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+        args = parser.parse_args(split_tune_line(line, flags))
+        if not args.model:
+            raise UsageError("no model: " + _USAGE)
         namespace = self.shell.user_ns
-        model = _evaluate(model_expr, namespace, "the model")
-        data = _evaluate(options.pop("data"), namespace, "--data") if "data" in options else None
+        model = _evaluate(args.model, namespace, "the model")
+        data = _evaluate(args.data, namespace, "--data") if args.data is not None else None
         import keras
 
         if not isinstance(model, keras.Model):
-            raise UsageError(f"%lms_tune: {model_expr!r} is {type(model).__name__!r}, not a Keras model; " + _USAGE)
-        autotune_now = options.pop("autotune", False)
-        max_trials = options.pop("max_trials", 12)
-        if max_trials < 1:
-            raise UsageError(f"--max-trials must be at least 1, got {max_trials}")
+            raise UsageError(f"%lms_tune: {args.model!r} is {type(model).__name__!r}, not a Keras model; " + _USAGE)
+        if args.max_trials < 1:
+            raise UsageError(f"--max-trials must be at least 1, got {args.max_trials}")
         from .lms.callback import check_devices
         from .tuning import TuningSession
 
         try:
-            check_devices(options.get("device"), options.get("host_device"))
-            session = TuningSession(model, data, options.pop("batch_size", 32), options.pop("budget", None),
-                                    options.pop("steps", 5), options.pop("min_bytes", DEFAULT_MIN_BYTES), **options)
-            if autotune_now:
-                found = session.autotune(max_trials)
+            check_devices(args.device, args.host_device)
+            session = TuningSession(model, data, args.batch_size, args.budget, args.steps, args.min_bytes,
+                                    device=args.device, host_device=args.host_device)
+            if args.autotune:
+                found = session.autotune(args.max_trials)
                 print(found)
                 return found
         except ValueError as error:  # BudgetError is one
@@ -118,7 +123,7 @@ class LmsTuneMagics(Magics):
 
         from .ui.tuner import Tuner
 
-        display(Tuner(session, max_trials))
+        display(Tuner(session, args.max_trials, on_apply=self.on_apply))
         return None
 
 

@@ -17,18 +17,6 @@ from .lms.search import PatternSearch, SearchResult, Setting, Trial, default_n_v
 from .units import format_mib
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)
-_APPLIED: dict = {}  # what the tuner's Apply chose: the next %%lms_fit's defaults
-
-
-def applied_options() -> dict:
-    """The LMS options the last Apply chose (n_tensors, lb); %%lms_fit uses them where its own are not given."""
-    return dict(_APPLIED)
-
-
-def apply(setting: Setting) -> None:
-    """Makes ``setting``'s n_tensors and lb the defaults of the next %%lms_fit."""
-    _APPLIED.clear()
-    _APPLIED.update({"n_tensors": setting.n_tensors, "lb": setting.lb})
 
 
 def step_time_lower_bound(compute_s: float | None, moved_bytes: int, bytes_per_s: float) -> float:

@@ -29,12 +29,14 @@ class Tuner:
     ``controls`` holds the sliders by knob name and ``buttons`` the buttons;
     ``estimate`` is the prediction for the current slider values, and
     ``response_s`` how long the last slider move took to answer.
+    ``on_apply(n_tensors, lb)`` is called by Apply (``%lms_tune`` passes
+    ``%%lms_fit``'s ``apply_defaults``).
     """
 
-    def __init__(self, session, max_trials: int = 12):
+    def __init__(self, session, max_trials: int = 12, on_apply=None):
         import ipywidgets as widgets
 
-        self.session, self.max_trials = session, max_trials
+        self.session, self.max_trials, self.on_apply = session, max_trials, on_apply
         self.search: PatternSearch | None = None
         self.stop_requested = False
         self.applied: str | None = None
@@ -230,9 +232,8 @@ class Tuner:
     def apply(self) -> str:
         """Makes the sliders' setting the default of the next %%lms_fit; returns the LMS(...) call."""
         setting = self.setting()
-        from ..tuning import apply
-
-        apply(setting)
+        if self.on_apply is not None:
+            self.on_apply(setting.n_tensors, setting.lb)
         self.applied = self.session.lms_call(setting)
         self.status.value = (f"applied: the next %%lms_fit uses n_tensors={setting.n_tensors}, lb={setting.lb}. "
                              f"In a script: <code>{html.escape(self.applied)}</code>")

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lms_magic import tuning
 from lms_magic.lms.search import Setting, grid_search
 from lms_magic.tuning import TuningSession, autotune
 from lms_magic.ui.tuner import Tuner
@@ -28,12 +27,6 @@ def data():
 @pytest.fixture
 def session(data):
     return TuningSession(reference_cnn_small(), data, batch_size=16, steps=2, **OPTIONS)
-
-
-@pytest.fixture(autouse=True)
-def nothing_applied():
-    yield
-    tuning._APPLIED.clear()
 
 
 def state_of(model):
@@ -134,7 +127,10 @@ def test_stop_ends_autotune_between_trials(session):
 
 
 def test_apply_sets_the_next_lms_fit_and_prints_the_call(session, shell, data, capsys):
-    tuner = Tuner(session)
+    fit_magics = shell.magics_manager.registry["LmsFitMagics"]
+    tune_magics = shell.magics_manager.registry["LmsTuneMagics"]
+    assert tune_magics.on_apply == fit_magics.apply_defaults  # as %lms_tune hands it to its widget
+    tuner = Tuner(session, on_apply=tune_magics.on_apply)
     tuner.controls["n_tensors"].value = 3
     tuner.controls["lb"].value = 2
     code = tuner.apply()
@@ -158,6 +154,8 @@ def test_apply_sets_the_next_lms_fit_and_prints_the_call(session, shell, data, c
     ("model --bogus 3 --data (x, y)", "unknown option '--bogus'"),
     ("model --data (x, y) --device /GPU:7", "device='/GPU:7' is not a device of this process, which has /CPU:0"),
     ("model --data (x, z)", "could not evaluate --data ('(x, z)'): NameError"),
+    ("model --data (x, y) --batch-size sixteen", "invalid int value: 'sixteen'"),
+    ("--data (x, y)", "no model"),
 ])
 def test_bad_input_gets_a_clear_error_and_nothing_runs(shell, data, line, message):
     import keras
@@ -182,3 +180,13 @@ def test_autotune_from_the_magic_returns_the_search(shell, data, capsys):
     found = shell.run_line_magic("lms_tune", f"model --data (x, y) --batch-size 16 --steps 2 --max-trials 2 "
                                  f"--min-bytes 0 --device {ACCELERATOR} --host-device {HOST} --autotune")
     assert found.measured_trials == 2 and "autotune: 2 measured trial(s)" in capsys.readouterr().out
+
+
+def test_lms_tune_help_lists_every_option():
+    """`%lms_tune?` shows the docstring, which magic_arguments completes with the options."""
+    from lms_magic.tune_magic import LmsTuneMagics
+
+    help_text = LmsTuneMagics.lms_tune.__doc__
+    for option in ("--data", "--batch-size", "--budget", "--steps", "--max-trials", "--min-bytes", "--device",
+                   "--host-device", "--autotune"):
+        assert option in help_text

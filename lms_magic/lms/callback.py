@@ -9,7 +9,7 @@ import time
 import keras
 
 from .. import compat
-from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, fewest_swaps_within, parse_bytes
+from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, choose_swaps, parse_bytes
 from ..units import MIB
 
 
@@ -302,13 +302,8 @@ class LMS(keras.callbacks.Callback):
         input_bytes = [_graph.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
         persistent = _predict.variables_bytes(self.model)
-        eligible = self.selection.eligible([item.candidate for item in candidates])
-        if self.budget_bytes is not None:
-            chosen = fewest_swaps_within(
-                eligible, self.budget_bytes,
-                lambda cands: persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
-        else:
-            chosen = self.selection.select([item.candidate for item in candidates])
+        chosen = choose_swaps(self.selection, [item.candidate for item in candidates], self.budget_bytes, persistent,
+                              lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
         return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in chosen]
 
     def _rewrite(self, graph, start: int, data) -> None:

@@ -153,3 +153,35 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
         else:
             low = middle + 1
     return eligible[:high]
+
+
+def choose_swaps(selection: Selection, candidates: Iterable[Candidate], budget_bytes: int | None,
+                 persistent_bytes: int, transient_peak: Callable[[list[Candidate]], int]) -> list[Candidate]:
+    """The one planning rule of LMS, the budget search and the tuner: which candidates to swap.
+
+    Without a budget, ``selection`` decides (filters, then the first
+    ``n_tensors``). With one, the fewest first-produced eligible tensors whose
+    predicted peak (``persistent_bytes`` plus ``transient_peak(swapped)``) fits.
+
+    Raises:
+        BudgetError: the weights and optimizer state alone exceed the budget
+            (LMS does not swap them), or even swapping every eligible tensor
+            does not fit; the message says what to try.
+
+    Example:
+        >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(5)]
+        >>> peak = lambda swapped: 600 - 100 * len(swapped)
+        >>> [c.tensor for c in choose_swaps(Selection(n_tensors=2), cands, None, 400, peak)]
+        ['t0', 't1']
+        >>> [c.tensor for c in choose_swaps(Selection(), cands, 750, 400, peak)]
+        ['t0', 't1', 't2']
+    """
+    if budget_bytes is None:
+        return selection.select(candidates)
+    if persistent_bytes > budget_bytes:
+        raise BudgetError(f"the model's weights and optimizer state alone take {format_mib(persistent_bytes)}, "
+                          f"above the budget of {format_mib(budget_bytes)}; LMS swaps activations, not weights: "
+                          "raise the budget or use a smaller model")
+    return fewest_swaps_within(selection.eligible(candidates), budget_bytes,
+                               lambda chosen: persistent_bytes + transient_peak(chosen))
+

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ..units import format_mib
-from .plan import BudgetError, Selection, fewest_swaps_within
+from .plan import Selection, choose_swaps
 from .predict import TracedStep, variables_bytes
 from .tensorflow import find_candidates, layer_resolver
 
@@ -127,14 +126,11 @@ class StepPredictor:
             BudgetError: even swapping every candidate does not fit (the
                 message says what to try).
         """
-        eligible = self.candidates(lb, batch_size)
-        plain = [item.candidate for item in eligible]
-        if self.persistent_bytes > budget_bytes:
-            raise BudgetError(f"the model's weights and optimizer state alone take "
-                              f"{format_mib(self.persistent_bytes)}, above the budget of "
-                              f"{format_mib(budget_bytes)}; LMS swaps activations, not weights: "
-                              "raise the budget or use a smaller model")
-        return len(fewest_swaps_within(plain, budget_bytes, lambda chosen: self._peak(lb, batch_size, len(chosen))))
+        eligible = [item.candidate for item in self.candidates(lb, batch_size)]  # filtered, in forward order
+        # the search tries prefixes of `eligible` only, which _peak memoises by length
+        chosen = choose_swaps(Selection(), eligible, budget_bytes, self.persistent_bytes,
+                              lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes)
+        return len(chosen)
 
 
 def _check(lb: int, batch_size: int) -> None:

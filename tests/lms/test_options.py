@@ -58,11 +58,18 @@ def test_budget_swaps_the_fewest_that_fit(lms_options):
     assert callback.stats["device_peak_bytes"] <= budget * 1.1  # executed graph; planned on the traced one
 
 
-def test_impossible_budget_fails_before_training_and_keeps_the_model(lms_options):
+@pytest.mark.parametrize("above_weights, words", [
+    (None, "weights and optimizer state alone take .* LMS swaps activations, not weights"),  # as %lms_tune says
+    (1024, "even with all .* swapped"),
+])
+def test_impossible_budget_fails_before_training_and_keeps_the_model(lms_options, above_weights, words):
+    from lms_magic.lms.predict import variables_bytes
+
     model = models.reference_cnn_small()
     weights = [w.copy() for w in model.get_weights()]
-    with pytest.raises(BudgetError, match="even with all .* swapped"):
-        fit(model, [LMS(budget="1KiB", **lms_options)])
+    budget = 1024 if above_weights is None else variables_bytes(model) + above_weights
+    with pytest.raises(BudgetError, match=words):
+        fit(model, [LMS(budget=budget, **lms_options)])
     assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
     assert "train_step" not in model.__dict__
     fit(model)  # plain training still works

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import keras
 import numpy as np
 
+from . import compat
 from .fit_results import VariantResult
 from .memory.profile import MemoryProfiler
 from .runs import OOM_ADVICE, FairStart
@@ -80,8 +81,6 @@ class VariantRunner:
         self.notes = notes if notes is not None else []  # what the user should know about the comparison
 
     def _note_unfair_data(self, data) -> None:
-        from . import compat
-
         if compat.reshuffles_each_iteration(data):
             note = ("--compare: the tf.data pipeline shuffles in a new order for each pass over it, so the variants "
                     "trained on different batches (their losses differ for that reason alone); for the same "
@@ -136,14 +135,13 @@ def _build_for_training(model, args: list, kwargs: dict) -> None:
     *first* variant alone would then see. Built beforehand, both variants
     start from the same random state.
     """
-    build = getattr(model, "_symbolic_build", None)
     x = args[0] if args else kwargs.get("x")
     y = args[1] if len(args) > 1 else kwargs.get("y")
-    if build is None or not isinstance(x, np.ndarray):
+    if not isinstance(x, np.ndarray):
         return
     take = kwargs.get("batch_size") or 32
     try:
-        build(data_batch=(x[:take], None if y is None else np.asarray(y)[:take]))
+        compat.build_for_training(model, (x[:take], None if y is None else np.asarray(y)[:take]))
     except Exception:  # a best effort: the fit itself builds what this did not
         pass
 

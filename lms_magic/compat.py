@@ -146,6 +146,64 @@ def collected_function_graphs(into: list) -> Iterator[None]:
             into.append(metadata)
 
 
+# -- TensorFlow graph surgery: the LMS rewrite of a traced train step --------------------------------
+def in_function_graph() -> bool:
+    """Whether code runs while TensorFlow traces a ``tf.function`` (not eagerly)."""
+    import tensorflow as tf
+    from tensorflow.python.framework import func_graph
+
+    return isinstance(tf.compat.v1.get_default_graph(), func_graph.FuncGraph)
+
+
+def add_control_input(op, trigger) -> None:
+    """``op`` runs only after ``trigger`` (in a graph still being built)."""
+    op._add_control_input(trigger)
+
+
+def replace_input(op, index: int, tensor) -> None:
+    """``op``'s input ``index`` becomes ``tensor``."""
+    op._update_input(index, tensor)
+
+
+def set_op_device(op, device: str) -> None:
+    """Places ``op`` on ``device``."""
+    op._set_device(device)
+
+
+# -- Keras -------------------------------------------------------------------------------------------
+def build_for_training(model, data_batch) -> bool:
+    """Builds the model's metrics and loss on ``data_batch`` as a first ``fit`` does; False where Keras can't."""
+    build = getattr(model, "_symbolic_build", None)
+    if build is None:
+        return False
+    build(data_batch=data_batch)
+    return True
+
+
+def current_keras_layer() -> tuple[str, str]:
+    """The innermost Keras layer being called (name, class name), from Keras's name-scope stack; ("", "") outside."""
+    from keras.src.backend.common import global_state
+
+    for scope in reversed(global_state.get_global_attribute("name_scope_stack") or []):
+        caller = getattr(scope, "caller", None)
+        if caller is not None and hasattr(caller, "built"):
+            return caller.name, type(caller).__name__
+    return "", ""
+
+
+# -- runtimes, asked without starting them -----------------------------------------------------------
+def tensorflow_started(modules) -> bool:
+    """Whether TensorFlow's runtime has started (asking it anything would start it and fix its GPU settings)."""
+    context_module = modules.get("tensorflow.python.eager.context")
+    return context_module is not None and bool(getattr(context_module.context(), "_initialized", False))
+
+
+def jax_started(modules) -> bool:
+    """Whether JAX's backends exist (asking for devices would create them and take GPU memory)."""
+    bridge = modules.get("jax._src.xla_bridge")
+    return bridge is not None and bool(getattr(bridge, "_backends", None))
+
+
 def reshuffles_each_iteration(data) -> bool:
     """Whether ``data`` is a tf.data pipeline with a shuffle that draws a new order for each pass.
 

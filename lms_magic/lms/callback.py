@@ -24,7 +24,6 @@ class _Lazy:
 
 
 tf = _Lazy("tensorflow")
-_func_graph = _Lazy("tensorflow.python.framework.func_graph")
 _predict = _Lazy("lms_magic.lms.predict")
 _graph = _Lazy("lms_magic.lms.tensorflow")
 
@@ -257,9 +256,9 @@ class LMS(keras.callbacks.Callback):
         replicas = self.model.distribute_strategy.num_replicas_in_sync
 
         def lms_train_step(data):
-            graph = tf.compat.v1.get_default_graph()
-            if not isinstance(graph, _func_graph.FuncGraph):
+            if not compat.in_function_graph():
                 return original(data)
+            graph = tf.compat.v1.get_default_graph()
             if self.budget_bytes is not None and not self._budget_checked:
                 self._check_budget(original, data)
             state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})

@@ -177,12 +177,12 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
             swap_out = tf.identity(tensor, name=f"lms_swap_out/{base}")
             swap_in = tf.identity(swap_out, name=f"lms_swap_in/{base}")
-        swap_in.op._add_control_input(item.trigger)
+        compat.add_control_input(swap_in.op, item.trigger)
         for consumer in item.consumers:
             _reroute(consumer, tensor, swap_in)
         for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy
             _reroute(consumer, tensor, swap_out)
-            consumer._set_device(host_device)
+            compat.set_op_device(consumer, host_device)
         records.append(SwapRecord(item.candidate, swap_out.op.name, swap_in.op.name, item.trigger.name,
                                   item.hops, [c.name for c in item.consumers]))
     return records
@@ -191,7 +191,7 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
 def _reroute(op, old, new) -> None:
     for index, source in enumerate(op.inputs):
         if source is old:
-            op._update_input(index, new)
+            compat.replace_input(op, index, new)
 
 
 def layer_resolver(model):

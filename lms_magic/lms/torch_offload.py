@@ -24,19 +24,9 @@ from collections import defaultdict
 
 import torch
 
-from .plan import Candidate, Selection
+from .. import compat
 from ..units import MIB
-
-
-def _current_layer() -> tuple[str, str]:
-    """The innermost Keras layer being called (name, class name), from Keras's name-scope stack."""
-    from keras.src.backend.common import global_state
-
-    for scope in reversed(global_state.get_global_attribute("name_scope_stack") or []):
-        caller = getattr(scope, "caller", None)
-        if caller is not None and hasattr(caller, "built"):
-            return caller.name, type(caller).__name__
-    return "", ""
+from .plan import Candidate, Selection
 
 
 def torch_device(device=None):
@@ -182,7 +172,7 @@ class TorchOffloader:
             ref, handle = self._seen[key]
             if ref() is tensor:
                 return handle
-        layer, layer_type = _current_layer()
+        layer, layer_type = compat.current_keras_layer()
         layer_index = self._layers.setdefault(layer, len(self._layers))
         candidate = Candidate(f"saved:{self._index}", layer, layer_type, tuple(tensor.shape),
                               tensor.numel() * tensor.element_size(), self._index)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+from .. import compat
+
 
 class AllocatorCounter:
     """One framework allocator on one device.
@@ -88,10 +90,7 @@ class _JaxCounter(AllocatorCounter):
 
 def _tensorflow_counters(modules) -> list[AllocatorCounter]:
     tf = modules.get("tensorflow")
-    context_module = modules.get("tensorflow.python.eager.context")
-    if tf is None or context_module is None:
-        return []
-    if not getattr(context_module.context(), "_initialized", False):
+    if tf is None or not compat.tensorflow_started(modules):
         return []  # reading would initialise TensorFlow and lock its GPU settings
     counters: list[AllocatorCounter] = []
     gpu_position = 0
@@ -115,8 +114,7 @@ def _torch_counters(modules) -> list[AllocatorCounter]:
 
 def _jax_counters(modules) -> list[AllocatorCounter]:
     jax = modules.get("jax")
-    bridge = modules.get("jax._src.xla_bridge")
-    if jax is None or bridge is None or not getattr(bridge, "_backends", None):
+    if jax is None or not compat.jax_started(modules):
         return []  # asking would initialise JAX's backends and grab GPU memory
     counters: list[AllocatorCounter] = []
     for device in jax.local_devices():

@@ -54,7 +54,11 @@ class VariantResult:
             "host_peak_mib": host.get("peak_mib"), "host_increment_mib": host.get("increment_mib"),
             "gpus": memory["gpus"], "host_allocators": host.get("allocators", []), "history": self.history,
             "swapped_bytes_per_step": self.swapped_bytes_per_step,
-            "predicted_device_peak_bytes": self.lms_stats.get("device_peak_bytes"),
+            # LMS's device peak: predicted (TensorFlow) or measured (PyTorch), as device_peak_source says
+            "device_peak_bytes": self.lms_stats.get("device_peak_bytes"),
+            "device_peak_source": self.lms_stats.get("peak_source"),
+            "predicted_device_peak_bytes": (self.lms_stats.get("device_peak_bytes")
+                                            if self.lms_stats.get("peak_source") == "predicted" else None),
             "lms_active": bool(self.lms_stats.get("active")), "memory_notes": memory["notes"],
         }
 

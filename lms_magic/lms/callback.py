@@ -138,7 +138,8 @@ class LMS(keras.callbacks.Callback):
     def _empty_stats(self, reason: str) -> dict:
         return {"active": False, "reason": reason, "swapped_tensors": 0, "swapped_bytes_per_step": 0,
                 "device_peak_bytes": None, "device_peak_bytes_without_lms": None, "plan": [],
-                "candidates": 0, "persistent_bytes": None, "prediction_source": None, "notes": []}
+                "candidates": 0, "persistent_bytes": None, "prediction_source": None, "peak_source": None,
+                "lb_counts": "backward ops", "notes": []}
 
     def _resolve_device(self) -> str | None:
         global _said_no_gpu
@@ -329,7 +330,7 @@ class LMS(keras.callbacks.Callback):
             "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
             "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
             "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
-            "prediction_source": "traced graph", "traced_device_peaks": traced_peaks,
+            "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
             "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
                       "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
                      for r in records],

@@ -234,12 +234,13 @@ class TorchOffloader:
 
     # -- reporting -----------------------------------------------------------------------------
     def stats(self) -> dict:
-        """The same keys as the TensorFlow LMS's ``stats``."""
+        """The TensorFlow LMS's ``stats`` keys; here the peak is measured and ``lb`` counts layers."""
         return {
             "active": True, "backend": "torch", "candidates": len(self.candidates),
             "swapped_tensors": len(self.swapped), "swapped_bytes_per_step": sum(c.nbytes for c in self.swapped),
             "device_peak_bytes": self.peak_bytes, "device_peak_bytes_without_lms": None,
             "prediction_source": "measured (PyTorch allocator)" if self.peak_bytes is not None else None,
+            "peak_source": "measured" if self.peak_bytes is not None else None, "lb_counts": "layers",
             "plan": [{"tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type, "shape": c.shape,
                       "bytes": c.nbytes} for c in self.swapped],
             "pinned": self.cuda, "pinned_pool_bytes": self.pool.allocated_bytes,

@@ -204,6 +204,9 @@ def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp
         assert set(variant) >= {"name", "status", "steps", "time_per_step_s", "host_peak_mib",
                                 "host_increment_mib", "gpus", "history", "swapped_bytes_per_step"}
     assert json.loads(result.result.to_json())["variants"][0]["name"] == "no_lms"
+    lms = summary["variants"][1]
+    assert lms["device_peak_source"] == "predicted" and lms["device_peak_bytes"] > 0
+    assert lms["predicted_device_peak_bytes"] == lms["device_peak_bytes"]
     page = tmp_path / "comparison.html"
     result.result.save_html(page)
     text = page.read_text()

@@ -157,6 +157,9 @@ def test_lms_fit_compare_on_torch(shell, data):
     assert no_lms.status == lms.status == "ok"
     assert no_lms.step_losses == lms.step_losses
     assert lms.lms_stats["swapped_tensors"] > 0
+    assert lms.lms_stats["lb_counts"] == "layers"  # backward ops on TensorFlow
+    exported = lms.to_dict()  # no CUDA here: no measured peak, and never one labelled as predicted
+    assert exported["device_peak_source"] is None and exported["predicted_device_peak_bytes"] is None
 
 
 @pytest.mark.gpu

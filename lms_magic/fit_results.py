@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass, field
 
-from .results import MIB, MemoryReport
+from .results import MIB, MemoryReport, html_table
 
 
 @dataclass
@@ -132,12 +131,8 @@ class LmsFitResult:
 
     def _repr_html_(self) -> str:
         rows = self.table() if self.calls else [["no fit call"]]
-        head = "".join(f"<th>{html.escape(cell)}</th>" for cell in rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows[1:])
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in
-                        [f"{v.name}: {v.message}" for v in self.variants if v.message] + self.notes)
-        return (f"<table class='lms-magic-fit'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                + (f"<ul>{notes}</ul>" if notes else ""))
+        notes = [f"{v.name}: {v.message}" for v in self.variants if v.message] + self.notes
+        return html_table(rows[0], rows[1:], "lms-magic-fit", left_columns=(), notes=notes)
 
     def to_dict(self) -> dict:
         return {"variants": [v.to_dict() for v in self.variants],

@@ -11,6 +11,26 @@ from dataclasses import dataclass, field
 from .units import MIB  # noqa: F401  (MIB: a name callers import from here)
 
 
+def html_table(header, rows, css_class: str = "", left_columns=(0,), notes=()) -> str:
+    """The package's one HTML table: escaped cells (None shows empty), optional notes below as a list.
+
+    Example:
+        >>> html_table(["what", "MiB"], [["a<b", 1.5], ["c", None]], left_columns=())
+        '<table><thead><tr><th>what</th><th>MiB</th></tr></thead><tbody><tr><td>a&lt;b</td><td>1.5</td></tr><tr><td>c</td><td></td></tr></tbody></table>'
+    """
+    def cell(tag, index, value):
+        style = " style='text-align:left'" if index in left_columns else ""
+        return f"<{tag}{style}>{html.escape('' if value is None else str(value))}</{tag}>"
+
+    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
+    body = "".join("<tr>" + "".join(cell("td", index, value) for index, value in enumerate(row)) + "</tr>"
+                   for row in rows)
+    css = f" class='{css_class}'" if css_class else ""
+    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
+    return (f"<table{css}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            + (f"<ul>{items}</ul>" if items else ""))
+
+
 def _mib(n_bytes: int | None) -> float | None:
     return None if n_bytes is None else round(n_bytes / MIB, 3)
 
@@ -159,22 +179,15 @@ class MemoryReport:
             rows += [(f"GPU {gpu.index}: {p.framework} allocator", p.start_bytes, p.peak_bytes,
                       None if p.peak_bytes is None else p.peak_bytes - p.start_bytes, "exact") for p in gpu.allocators]
 
-        def cell(value):
-            return "" if value is None else f"{value / MIB:.1f}"
+        def mib(value):
+            return None if value is None else f"{value / MIB:.1f}"
 
-        body = "".join(
-            f"<tr><td style='text-align:left'>{html.escape(name)}</td><td>{cell(base)}</td><td>{cell(peak)}</td>"
-            f"<td>{cell(inc)}</td><td style='text-align:left'>{how}</td></tr>"
-            for name, base, peak, inc, how in rows
-        )
+        table = html_table(["memory", "baseline MiB", "peak MiB", "increment MiB", "how"],
+                           [(name, mib(base), mib(peak), mib(inc), how) for name, base, peak, inc, how in rows],
+                           "lms-magic-memory", left_columns=(0, 4))
         notes = "".join(f"<li>{html.escape(note)}</li>" for note in self.notes)
-        return (
-            "<table class='lms-magic-memory'><thead><tr><th>memory</th><th>baseline MiB</th><th>peak MiB</th>"
-            f"<th>increment MiB</th><th>how</th></tr></thead><tbody>{body}</tbody></table>"
-            f"<div>{self.duration_s:.3f} s, {self.n_samples} samples every {self.interval_s * 1000:g} ms"
-            f"{'' if self.status == 'ok' else ', ' + self.status}</div>"
-            + (f"<ul>{notes}</ul>" if notes else "")
-        )
+        return (table + f"<div>{self.duration_s:.3f} s, {self.n_samples} samples every {self.interval_s * 1000:g} ms"
+                f"{'' if self.status == 'ok' else ', ' + self.status}</div>" + (f"<ul>{notes}</ul>" if notes else ""))
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (sizes in MiB); see the README for the keys."""

@@ -46,6 +46,10 @@ def shell():
     """IPython's test shell with lms_magic loaded and a clean user namespace."""
     from IPython.testing.globalipapp import get_ipython
 
+    import builtins
+
+    if hasattr(builtins, "_"):
+        del builtins._  # left by a doctest's last value; while it exists IPython does not set `_`
     ip = get_ipython()
     ip.run_line_magic("load_ext", "lms_magic")
     before = set(ip.user_ns)

@@ -15,6 +15,7 @@ import time
 
 from ..lms.search import PatternSearch, Setting, Trial
 from .plots import figure_bundle
+from ..results import html_table
 from ..units import MIB
 
 
@@ -150,10 +151,7 @@ class Tuner:
         rows = [t.row() for t in self.session.trials]
         if not rows:
             return
-        head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in row.values())
-                       + "</tr>" for row in rows)
-        self.trials_html.value = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        self.trials_html.value = html_table(list(rows[0]), [list(row.values()) for row in rows], left_columns=())
 
     def _after_trial(self, trial: Trial) -> None:
         self._show_trials()

@@ -2,11 +2,14 @@
 
 Two workloads, each run with and without `profile_memory(interval_s=0.01)` (the
 engine of %%gpumem), alternately in one process so drift hits both alike:
-a CPU-bound pure-Python loop, and a small Keras fit on CPU.
-Prints the median time of each and their ratio.
+a CPU-bound pure-Python loop, and a small Keras fit on CPU. For each: the
+median ratio with a bootstrap 95% interval, and how many pairs would resolve
+the ratio to +-0.005 at this run's spread. Also the cost of one sample,
+measured directly: at 100 samples/s it bounds the sampler's own CPU share.
 """
 
 import os
+import random
 import statistics
 import time
 
@@ -17,7 +20,7 @@ from lms_magic import profile_memory  # noqa: E402
 
 def cpu_loop():
     total = 0
-    for i in range(6_000_000):
+    for i in range(1_500_000):
         total += i * i % 7
     return total
 
@@ -27,7 +30,7 @@ def make_keras_fit():
     import numpy as np
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(20_000, 32)).astype("float32")
+    x = rng.normal(size=(5_000, 32)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("float32")
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
                               keras.layers.Dense(1, activation="sigmoid")])
@@ -61,15 +64,40 @@ def compare(name, work, rounds):
         plain.append(plain_s)
         profiled.append(profiled_s)
         ratios.append(profiled_s / plain_s)
-    quartiles = statistics.quantiles(ratios, n=4)
+    low, high = bootstrap_median_interval(ratios)
+    spread = statistics.stdev(ratios)
+    needed = int((1.96 * spread / 0.005) ** 2) + 1  # pairs for a +-0.005 interval on the mean ratio
     print(f"{name:<24} plain {statistics.median(plain):6.3f} s  profiled {statistics.median(profiled):6.3f} s  "
-          f"ratio median {statistics.median(ratios):.3f} (IQR {quartiles[0]:.3f}-{quartiles[2]:.3f}, {rounds} pairs)")
+          f"ratio median {statistics.median(ratios):.4f} (95% interval {low:.4f}-{high:.4f}, {rounds} pairs; "
+          f"+-0.005 would need about {needed} pairs at this spread)")
+
+
+def bootstrap_median_interval(values, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of ``values``."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws)]
+
+
+def sample_cost_us(samples: int = 20_000) -> float:
+    """Microseconds one sample of the profiler takes (no GPU here: RSS and bookkeeping)."""
+    from lms_magic.memory.profile import MemoryProfiler
+
+    profiler = MemoryProfiler(interval_s=3600).start()  # its own thread stays asleep
+    started = time.perf_counter()
+    for _ in range(samples):
+        profiler._sample()
+    cost = (time.perf_counter() - started) / samples * 1e6
+    profiler.stop()
+    return cost
 
 
 def main():
+    cost = sample_cost_us()
+    print(f"one sample: {cost:.1f} us, so 100 samples/s take {cost * 100 / 1e4:.2f}% of a core")
     print("workload, 10 ms sampling; goal: median ratio <= 1.01")
-    compare("CPU-bound Python loop", cpu_loop, rounds=20)
-    compare("Keras fit (20k rows)", make_keras_fit(), rounds=20)
+    compare("CPU-bound Python loop", cpu_loop, rounds=100)
+    compare("Keras fit (5k rows)", make_keras_fit(), rounds=100)
 
 
 if __name__ == "__main__":

@@ -1,36 +1,29 @@
-"""The ``LMS`` Keras callback: Large Model Support for Keras 3 (TensorFlow, and PyTorch via torch_offload)."""
+"""The ``LMS`` Keras callback: Large Model Support for Keras 3, over one backend per framework.
+
+The callback owns the options, the checks and the train function's place in
+the model; a backend does the work of one fit: ``TensorFlowBackend``
+(tensorflow_backend.py: graph rewrite, executed-graph replay) or
+``TorchBackend`` (torch_offload.py: saved-tensor hooks). A backend has
+``jit_note``, ``train_step(original)``, ``step_scope()``, ``first_step_done()``,
+``summary_line()``, ``close()`` and ``step``; JAX would be a third
+(jax_offload.py says why it is not yet).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import time
 
 import keras
 
 from .. import compat
-from .plan import DEFAULT_MIN_BYTES, BudgetError, Selection, choose_swaps, parse_bytes
-from ..units import MIB
-
-
-class _Lazy:
-    """A module imported on first use: LMS on the PyTorch backend never imports TensorFlow."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __getattr__(self, attribute: str):
-        return getattr(importlib.import_module(self._name), attribute)
-
-
-tf = _Lazy("tensorflow")
-_predict = _Lazy("lms_magic.lms.predict")
-_graph = _Lazy("lms_magic.lms.tensorflow")
+from .plan import DEFAULT_MIN_BYTES, Selection, parse_bytes
 
 _said_no_gpu = False
 
 
 def _tensorflow_devices() -> list[str]:
+    import tensorflow as tf
+
     return ["/" + device.name.split("device:")[-1] for device in tf.config.list_logical_devices()]
 
 
@@ -58,6 +51,8 @@ def check_devices(device: str | None, host_device: str | None = None) -> None:
             except (ValueError, TypeError):
                 name = None
         else:
+            import tensorflow as tf
+
             known = _tensorflow_devices()
             try:
                 name = tf.DeviceSpec.from_string(spec).to_string().replace("device:", "")
@@ -131,8 +126,10 @@ class LMS(keras.callbacks.Callback):
         self.device, self.host_device, self.verbose = device, host_device, verbose
         self.batch_size_hint = batch_size_hint
         self.stats = self._empty_stats("not trained yet")
-        self._torch = None  # the PyTorch backend's offloader, when training on it
+        self._backend = None  # TensorFlowBackend or TorchBackend, while a fit with this callback runs
         self._function: _LmsTrainFunction | None = None  # while a fit with this callback runs
+        self._summary_line = ""
+        self._step = None  # the rewritten step (TensorFlow), for inspection
 
     # -- state -----------------------------------------------------------------------------
     def _empty_stats(self, reason: str) -> dict:
@@ -170,22 +167,19 @@ class LMS(keras.callbacks.Callback):
             self.stats["reason"] = "n_tensors=0: LMS is off"
             return
         if backend == "torch":
-            self._begin_torch()
-            return
-        self._device = self._resolve_device()
-        if self._device is None:
-            self.stats["reason"] = "no GPU"
-            return
-        model = self.model
-        if model.run_eagerly:
-            raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
-        self._traces = {}
-        self._layer_of = _graph.layer_resolver(model)
-        self._batch_hint = None
-        self._budget_checked = False
-        self._run_metadata = []
-        self._install(self._wrap(model.train_step), "XLA (jit_compile) is off while LMS trains: XLA ignores the "
-                      "swap ordering")
+            from .torch_offload import TorchBackend
+
+            self._backend = TorchBackend(self.selection, self.lb, self.budget_bytes, self.device, self.stats)
+        else:
+            device = self._resolve_device()
+            if device is None:
+                self.stats["reason"] = "no GPU"
+                return
+            from .tensorflow_backend import TensorFlowBackend
+
+            self._backend = TensorFlowBackend(self.model, self.selection, self.lb, self.budget_bytes, device,
+                                              self.host_device, self.batch_size_hint, self.stats)
+        self._install(self._backend.train_step(self.model.train_step), self._backend.jit_note)
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._function is not None:
@@ -194,29 +188,15 @@ class LMS(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self._function is not None and self._summary_due:
             self._summary_due = False
-            if self._torch is not None:
-                found = self._torch.stats()
-                found["notes"] = self.stats["notes"] + found["notes"]
-                self.stats.update(found)
-            else:
-                self._read_executed_graph()
+            self._backend.first_step_done()
+            self._step = self._backend.step
+            if self.stats["active"]:
+                self._summary_line = self._backend.summary_line()
             if self.verbose:
                 print(self.summary())
 
     def on_train_end(self, logs=None):
         self._restore()
-
-    def _begin_torch(self) -> None:
-        """PyTorch backend: saved activations go to pinned host memory through autograd's hooks."""
-        from .torch_offload import TorchOffloader
-
-        model = self.model
-        self._torch = TorchOffloader(self.selection, self.lb, self.budget_bytes, self.device)
-        self._device = str(self._torch.device)
-        original = model.train_step
-        self._install(lambda data: self._torch.run(original, data),
-                      "torch.compile (jit_compile) is off while LMS trains: it traces its own graph around "
-                      "autograd's saved-tensor hooks")
 
     def _install(self, train_step, jit_note: str) -> None:
         """Makes the LMS train function; it takes the model's place one step at a time (see _LmsTrainFunction).
@@ -243,150 +223,26 @@ class LMS(keras.callbacks.Callback):
 
     @contextlib.contextmanager
     def _step_scope(self):
-        """What one LMS step needs set, and nothing after it."""
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(compat.train_step_replaced(self.model, self._lms_step))
-            if self._torch is None:
-                stack.enter_context(compat.grappler_options(_graph.GRAPPLER_SETTINGS))
-                if not self._run_metadata:  # the first step: TensorFlow instantiates the function
-                    stack.enter_context(compat.collected_function_graphs(self._run_metadata))
+        """What one LMS step needs set (the rewritten train step, the backend's settings), and nothing after it."""
+        with compat.train_step_replaced(self.model, self._lms_step), self._backend.step_scope():
             yield
 
-    # -- the rewrite -------------------------------------------------------------------------
-    def _wrap(self, original):
-        replicas = self.model.distribute_strategy.num_replicas_in_sync
-
-        def lms_train_step(data):
-            if not compat.in_function_graph():
-                return original(data)
-            graph = tf.compat.v1.get_default_graph()
-            if self.budget_bytes is not None and not self._budget_checked:
-                self._check_budget(original, data)
-            state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})
-            state["open"] += 1
-            try:
-                logs = original(data)
-            finally:
-                state["open"] -= 1
-                state["done"] += 1
-            if state["open"] == 0 and state["done"] == replicas:
-                self._rewrite(graph, state["start"], data)
-            return logs
-
-        return lms_train_step
-
-    def _check_budget(self, original, data) -> None:
-        """Plans on a throwaway trace, so an impossible budget is refused before the real
-        trace runs the train step (Keras's state does not survive a trace aborted after it)."""
-        self._budget_checked = True
-        specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype) if isinstance(t, tf.Tensor) else t,
-                                      data)
-        probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
-        try:
-            self._plan(probe.get_operations(), data)
-        except BudgetError as error:
-            raise BudgetError(f"LMS: {error}") from None
-
-    def _plan(self, ops, data):
-        """Finds the candidates of a traced step and chooses the ones to swap."""
-        first = tf.nest.flatten(data)[0]
-        batch = first.shape[0] if first.shape.rank else None
-        hint = self.batch_size_hint() if callable(self.batch_size_hint) else self.batch_size_hint
-        batch = batch or self._batch_hint or hint
-        self._batch_hint = self._batch_hint or batch
-        candidates, notes = _graph.find_candidates(ops, self._layer_of, self.lb, batch)
-        if batch is None:
-            notes.append("the batch size is unknown when TensorFlow traces this data (a generator?), so tensor "
-                         "sizes are unknown and nothing is swapped; pass batch_size_hint=...")
-        by_tensor = {item.candidate.tensor: item for item in candidates}
-        input_bytes = [_graph.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-        step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
-        persistent = _predict.variables_bytes(self.model)
-        chosen = choose_swaps(self.selection, [item.candidate for item in candidates], self.budget_bytes, persistent,
-                              lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
-        return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in chosen]
-
-    def _rewrite(self, graph, start: int, data) -> None:
-        started = time.perf_counter()
-        ops = graph.get_operations()[start:]
-        try:
-            candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
-        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
-            budget, self.budget_bytes = self.budget_bytes, None
-            try:
-                candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
-            finally:
-                self.budget_bytes = budget
-            notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
-        if "records" in self.stats:
-            _graph.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
-            return
-        batch = step.batch_size
-        traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
-                        persistent + step.predicted_transient_peak([]))
-        records = _graph.insert_swaps(graph, chosen_items, self.host_device)
-        self._step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
-        self.stats.update({
-            "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
-            "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
-            "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
-            "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
-            "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
-                      "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
-                     for r in records],
-        })
-        self.stats["notes"] += notes
-        self.stats["rewrite_s"] = time.perf_counter() - started
-
-    def _read_executed_graph(self) -> None:
-        partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
-        self._run_metadata = [None]  # read once; the protos are released
-        if not partitions or not self.stats.get("active"):
-            return
-        self.stats["partition_graphs"] = partitions
-        try:
-            with_lms, without_lms, unknown = _predict.executed_transient_peaks(partitions, self._device, self._step)
-        except Exception as error:  # a prediction must never stop training
-            self.stats["notes"].append(f"prediction from the traced graph only: the executed graph could not be "
-                                       f"replayed ({error})")
-            return
-        persistent = self.stats["persistent_bytes"]
-        self.stats.update({"device_peak_bytes": persistent + with_lms,
-                           "device_peak_bytes_without_lms": persistent + without_lms,
-                           "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
-
     def summary(self) -> str:
-        """One line: what LMS swapped and the predicted device peaks."""
+        """One line: what LMS swapped and the device peaks (predicted on TensorFlow, measured on PyTorch)."""
         stats = self.stats
         if not stats["active"]:
             return f"LMS: inactive ({stats['reason']})"
-        if stats.get("backend") == "torch":
-            return self._torch_summary()
-        line = (f"LMS: swapping {stats['swapped_tensors']} of {stats['candidates']} tensors "
-                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
-                f"predicted {self._device} peak {stats['device_peak_bytes'] / MIB:.1f} MiB with LMS, "
-                f"{stats['device_peak_bytes_without_lms'] / MIB:.1f} MiB without ({stats['prediction_source']})")
-        return "\n".join([line] + [f"LMS: {note}" for note in stats["notes"]])
-
-    def _torch_summary(self) -> str:
-        stats = self.stats
-        peak = stats["device_peak_bytes"]
-        line = (f"LMS (PyTorch): offloading {stats['swapped_tensors']} of {stats['candidates']} saved activations "
-                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb} layers) to "
-                f"{'pinned ' if stats.get('pinned') else ''}host memory; "
-                + (f"{self._device} peak {peak / MIB:.1f} MiB ({stats['prediction_source']})" if peak is not None
-                   else "no device peak (not a CUDA device)"))
-        return "\n".join([line] + [f"LMS: {note}" for note in stats["notes"]])
+        return "\n".join([self._summary_line] + [f"LMS: {note}" for note in stats["notes"]])
 
     # -- restoring the model -----------------------------------------------------------------
     def _restore(self) -> None:
-        """Ends this callback's fit: the model's own train function is back, the PyTorch pool released."""
+        """Ends this callback's fit: the model's own train function is back, the backend's resources released."""
         function, self._function = self._function, None
         if function is not None:
             function.remove_from(self.model)
-        if self._torch is not None:
-            self._torch.close()
-            self._torch = None
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
 
 
 class _LmsTrainFunction:

@@ -19,6 +19,7 @@ tests use to check the math); there is nothing to gain in memory there.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import defaultdict
 
@@ -250,3 +251,43 @@ class TorchOffloader:
     def close(self) -> None:
         if self.cuda:
             self.stream.synchronize()
+
+
+class TorchBackend:
+    """One fit's LMS on the PyTorch backend, for the ``LMS`` callback (the TensorFlowBackend's counterpart).
+
+    Args:
+        selection, lb, budget_bytes, device: the LMS options.
+        stats: the callback's dict, filled in after the first step.
+    """
+
+    jit_note = ("torch.compile (jit_compile) is off while LMS trains: it traces its own graph around autograd's "
+                "saved-tensor hooks")
+
+    def __init__(self, selection: Selection, lb: int, budget_bytes: int | None, device, stats: dict):
+        self.offloader = TorchOffloader(selection, lb, budget_bytes, device)
+        self.device, self.lb, self.stats = str(self.offloader.device), lb, stats
+        self.step = None
+
+    def train_step(self, original):
+        return lambda data: self.offloader.run(original, data)
+
+    def step_scope(self):
+        return contextlib.nullcontext()
+
+    def first_step_done(self) -> None:
+        found = self.offloader.stats()
+        found["notes"] = self.stats["notes"] + found["notes"]
+        self.stats.update(found)
+
+    def summary_line(self) -> str:
+        stats = self.stats
+        peak = stats["device_peak_bytes"]
+        return (f"LMS (PyTorch): offloading {stats['swapped_tensors']} of {stats['candidates']} saved activations "
+                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb} layers) to "
+                f"{'pinned ' if stats.get('pinned') else ''}host memory; "
+                + (f"{self.device} peak {peak / MIB:.1f} MiB ({stats['prediction_source']})" if peak is not None
+                   else "no device peak (not a CUDA device)"))
+
+    def close(self) -> None:
+        self.offloader.close()

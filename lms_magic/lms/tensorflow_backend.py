@@ -1,0 +1,168 @@
+"""LMS on TensorFlow: the per-fit engine behind the ``LMS`` callback.
+
+Each trace of the train step is rewritten as it is traced: candidates found,
+the swaps chosen (plan.choose_swaps), swap ops inserted (lms/tensorflow.py).
+After the first step, the partition graphs TensorFlow executed are replayed
+for the predicted peaks. Per step, Grappler's dependency optimizer is off
+(it would delete the swap identities), and the first step's graphs are
+collected; both are put back when the step ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import tensorflow as tf
+
+from .. import compat
+from ..units import MIB
+from . import predict as _predict
+from . import tensorflow as _rewrite_ops
+from .plan import BudgetError, Selection, choose_swaps
+
+
+class TensorFlowBackend:
+    """One fit's LMS on TensorFlow; ``stats`` is the callback's dict, filled in as the step is traced and run.
+
+    Args:
+        model: the compiled Keras model.
+        selection, lb, budget_bytes, host_device, batch_size_hint: the LMS options.
+        device: the accelerator (resolved).
+        stats: the dict to fill in.
+    """
+
+    jit_note = "XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering"
+
+    def __init__(self, model, selection: Selection, lb: int, budget_bytes: int | None, device: str, host_device: str,
+                 batch_size_hint, stats: dict):
+        if model.run_eagerly:
+            raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
+        self.model, self.selection, self.lb, self.budget_bytes = model, selection, lb, budget_bytes
+        self.device, self.host_device, self.batch_size_hint, self.stats = device, host_device, batch_size_hint, stats
+        self.step = None  # the rewritten step's TracedStep, after the first trace
+        self._traces: dict = {}
+        self._layer_of = _rewrite_ops.layer_resolver(model)
+        self._batch_hint = None
+        self._budget_checked = False
+        self._run_metadata: list = []
+
+    @contextlib.contextmanager
+    def step_scope(self):
+        """Grappler's dependency optimizer off, and the first step's executed graphs collected."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(compat.grappler_options(_rewrite_ops.GRAPPLER_SETTINGS))
+            if not self._run_metadata:  # the first step: TensorFlow instantiates the function
+                stack.enter_context(compat.collected_function_graphs(self._run_metadata))
+            yield
+
+    def train_step(self, original):
+        """``original`` with the swaps inserted into each trace of it."""
+        replicas = self.model.distribute_strategy.num_replicas_in_sync
+
+        def lms_train_step(data):
+            if not compat.in_function_graph():
+                return original(data)
+            graph = tf.compat.v1.get_default_graph()
+            if self.budget_bytes is not None and not self._budget_checked:
+                self._check_budget(original, data)
+            state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})
+            state["open"] += 1
+            try:
+                logs = original(data)
+            finally:
+                state["open"] -= 1
+                state["done"] += 1
+            if state["open"] == 0 and state["done"] == replicas:
+                self._rewrite(graph, state["start"], data)
+            return logs
+
+        return lms_train_step
+
+    def _check_budget(self, original, data) -> None:
+        """Plans on a throwaway trace, so an impossible budget is refused before the real
+        trace runs the train step (Keras's state does not survive a trace aborted after it)."""
+        self._budget_checked = True
+        specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype) if isinstance(t, tf.Tensor) else t,
+                                      data)
+        probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
+        try:
+            self._plan(probe.get_operations(), data)
+        except BudgetError as error:
+            raise BudgetError(f"LMS: {error}") from None
+
+    def _plan(self, ops, data, budget: bool = True):
+        """Finds the candidates of a traced step and chooses the ones to swap."""
+        first = tf.nest.flatten(data)[0]
+        batch = first.shape[0] if first.shape.rank else None
+        hint = self.batch_size_hint() if callable(self.batch_size_hint) else self.batch_size_hint
+        batch = batch or self._batch_hint or hint
+        self._batch_hint = self._batch_hint or batch
+        candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        if batch is None:
+            notes.append("the batch size is unknown when TensorFlow traces this data (a generator?), so tensor "
+                         "sizes are unknown and nothing is swapped; pass batch_size_hint=...")
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
+        step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
+        persistent = _predict.variables_bytes(self.model)
+        chosen = choose_swaps(self.selection, [item.candidate for item in candidates],
+                              self.budget_bytes if budget else None, persistent,
+                              lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
+        return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in chosen]
+
+    def _rewrite(self, graph, start: int, data) -> None:
+        started = time.perf_counter()
+        ops = graph.get_operations()[start:]
+        try:
+            candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
+        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
+            candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data, budget=False)
+            notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
+        if "records" in self.stats:
+            _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
+            return
+        batch = step.batch_size
+        traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
+                        persistent + step.predicted_transient_peak([]))
+        records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
+        self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
+        self.stats.update({
+            "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
+            "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
+            "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
+            "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
+            "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
+                      "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
+                     for r in records],
+        })
+        self.stats["notes"] += notes
+        self.stats["rewrite_s"] = time.perf_counter() - started
+
+    def first_step_done(self) -> None:
+        """Replays the partition graphs that the first step executed: the predicted peaks."""
+        partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
+        self._run_metadata = [None]  # read once; the protos are released
+        if not partitions or not self.stats.get("active"):
+            return
+        self.stats["partition_graphs"] = partitions
+        try:
+            with_lms, without_lms, unknown = _predict.executed_transient_peaks(partitions, self.device, self.step)
+        except Exception as error:  # a prediction must never stop training
+            self.stats["notes"].append(f"prediction from the traced graph only: the executed graph could not be "
+                                       f"replayed ({error})")
+            return
+        persistent = self.stats["persistent_bytes"]
+        self.stats.update({"device_peak_bytes": persistent + with_lms,
+                           "device_peak_bytes_without_lms": persistent + without_lms,
+                           "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
+
+    def summary_line(self) -> str:
+        stats = self.stats
+        return (f"LMS: swapping {stats['swapped_tensors']} of {stats['candidates']} tensors "
+                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
+                f"predicted {self.device} peak {stats['device_peak_bytes'] / MIB:.1f} MiB with LMS, "
+                f"{stats['device_peak_bytes_without_lms'] / MIB:.1f} MiB without ({stats['prediction_source']})")
+
+    def close(self) -> None:
+        """Nothing to release: the swaps live in the LMS train function, which the callback drops."""

@@ -3,7 +3,7 @@
 Two sources feed the same liveness replay (simulate.py): the traced FuncGraph
 (available before the first step runs, used to plan for a budget), and the
 partition graphs that TensorFlow actually executed after Grappler and
-placement (the eager context's graph collection during the first step: compat.collected_function_graphs).
+placement (collected during the first step: compat.collected_function_graphs).
 """
 
 from __future__ import annotations

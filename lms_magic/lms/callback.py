@@ -169,7 +169,7 @@ class LMS(keras.callbacks.Callback):
         if backend == "torch":
             from .torch_offload import TorchBackend
 
-            self._backend = TorchBackend(self.selection, self.lb, self.budget_bytes, self.device, self.stats)
+            self._backend = TorchBackend(self.model, self.selection, self.lb, self.budget_bytes, self.device, self.stats)
         else:
             device = self._resolve_device()
             if device is None:

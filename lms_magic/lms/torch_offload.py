@@ -9,9 +9,15 @@ forward pass no longer reads them; when the backward pass reaches a layer,
 the offloaded tensors of the ``lb`` layers before it are copied back on the
 side stream. Events make compute wait for a copy still in flight, and
 ``record_stream`` keeps the caching allocator from reusing a buffer that the
-side stream still reads. Pinned buffers come from a pool reused step after
-step (pinning a fresh buffer per tensor synchronizes the device). The values
-are copied, never changed: the losses and weights are the same as without LMS.
+side stream still reads; at most ``COPIES_OUT_IN_FLIGHT`` copies out are
+queued ahead. What goes is a storage: the saved tensors that view it (a
+convolution saves a permuted view of the activation before it) share one copy
+and come back with their own strides. The model's graph drops each layer
+output after its last reader while LMS trains (``compat.graph_intermediates_released``),
+so an offloaded activation's device memory is free before the forward pass ends.
+Pinned buffers come from a pool reused step after step (pinning a fresh buffer
+per tensor synchronizes the device). The values are copied, never changed: the
+losses and weights are the same as without LMS.
 
 On a CPU device the same hooks run with plain synchronous copies (what the
 tests use to check the math); there is nothing to gain in memory there.
@@ -19,9 +25,8 @@ tests use to check the math); there is nothing to gain in memory there.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import torch
 
@@ -46,6 +51,13 @@ def torch_device(device=None):
     if kind == "cpu":
         return torch.device("cpu")
     raise ValueError(f"LMS: unknown device {device!r}; use '/GPU:0' (or 'cuda:0') or '/CPU:0'")
+
+
+# Copies to the host still in flight when the forward pass may go on: the CPU queues kernels far ahead
+# of the GPU, and the caching allocator can reuse an offloaded activation's memory only once its copy
+# has run, so without a bound every activation of the forward pass would be held until the slow copies
+# caught up (measured on an H100: the peak did not drop at all). Two keep the link busy.
+COPIES_OUT_IN_FLIGHT = 2
 
 
 class PinnedPool:
@@ -79,16 +91,52 @@ class PinnedPool:
         self._free[buffer.numel()].append(buffer)
 
 
-class _Offloaded:
-    """One saved activation, waiting in host memory."""
+class _Stored:
+    """One saved activation's device storage, waiting in host memory (one copy out and back however many
+    saved tensors view it: Keras's convolutions save a channels-first view of the channels-last output
+    that the activation before them saved)."""
 
-    __slots__ = ("shape", "dtype", "host", "layer_index", "device_tensor", "ready", "candidate")
+    __slots__ = ("numel", "dtype", "host", "layer_index", "device_flat", "ready", "candidate")
 
-    def __init__(self, shape, dtype, host, layer_index: int, candidate: Candidate):
-        self.shape, self.dtype, self.host, self.layer_index = shape, dtype, host, layer_index
-        self.device_tensor = None
+    def __init__(self, numel: int, dtype, host, layer_index: int, candidate: Candidate):
+        self.numel, self.dtype, self.host, self.layer_index = numel, dtype, host, layer_index
+        self.device_flat = None  # the storage back on the device, flat
         self.ready = None  # the event that the copy back recorded
         self.candidate = candidate
+
+
+class _SavedView:
+    """What autograd keeps for one saved tensor: its storage and how it views it (shape, strides, offset)."""
+
+    __slots__ = ("stored", "shape", "stride", "offset", "layer_index")
+
+    def __init__(self, stored: _Stored, tensor, layer_index: int):
+        self.stored, self.layer_index = stored, layer_index
+        self.shape, self.stride, self.offset = tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset()
+
+
+def flat_storage(tensor):
+    """``tensor``'s whole storage as a flat tensor of its dtype, or None where ``tensor`` does not cover its
+    storage exactly (a slice of a bigger tensor, overlapping strides): such a tensor stays on the device.
+
+    A permuted or reshaped view qualifies, and comes back with its own strides, so the backward pass
+    runs the same kernels on the same layout.
+
+    Example:
+        >>> x = torch.arange(6.0).reshape(2, 3)
+        >>> flat_storage(x.t()).tolist(), flat_storage(x[:, :2]), flat_storage(x[1:])
+        ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], None, None)
+    """
+    if tensor.storage_offset() != 0 or tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+        return None
+    expected = 1
+    for size, stride in sorted(zip(tensor.shape, tensor.stride()), key=lambda pair: pair[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return None
+        expected *= size
+    return tensor.as_strided((tensor.numel(),), (1,), 0)
 
 
 class TorchOffloader:
@@ -115,6 +163,7 @@ class TorchOffloader:
         self.candidates: list[Candidate] = []
         self.swapped: list[Candidate] = []
         self.peak_bytes: int | None = None
+        self.other_devices: set[str] = set()  # where the saved activations that were not on `device` live
         if budget_bytes is not None and not self.cuda:
             self.notes.append("the budget needs a CUDA device to measure against: every eligible tensor is offloaded")
 
@@ -133,16 +182,20 @@ class TorchOffloader:
     def _begin_step(self) -> None:
         self._index = 0
         self._layers: dict[str, int] = {}
-        self._waiting: list[_Offloaded] = []
+        self._waiting: list[_Stored] = []
         self._seen: dict[int, tuple] = {}
         self._step_candidates: list[Candidate] = []
         self._step_swapped: list[Candidate] = []
+        self._copies_out: deque = deque()  # the events of the copies out still in flight, oldest first
 
     def _end_step(self) -> None:
         if self.cuda:
             self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
         if self.steps == 0:
             self.candidates = self._step_candidates
+            if not self.candidates and self.other_devices:
+                self.notes.append(f"no saved activation was on {self.device}: the model trains on "
+                                  f"{', '.join(sorted(self.other_devices))}; leave `device` unset to offload from there")
             if self.budget_bytes is not None and self.cuda:
                 self._fit_budget()
         self.swapped = self._step_swapped
@@ -165,16 +218,25 @@ class TorchOffloader:
 
     # -- the hooks -----------------------------------------------------------------------------
     def _pack(self, tensor):
-        if tensor.grad_fn is None or tensor.device != self.device or not tensor.is_contiguous() \
-                or tensor.is_sparse or tensor.numel() == 0:
-            return tensor  # weights, inputs and odd layouts stay where they are
-        key = id(tensor)
-        if key in self._seen:  # saved twice (by two ops): offloaded once
-            ref, handle = self._seen[key]
-            if ref() is tensor:
-                return handle
+        base = tensor if tensor._base is None else tensor._base
+        if tensor.grad_fn is None or base.grad_fn is None:
+            return tensor  # weights, inputs and views of them (a transposed kernel) stay: their memory stays anyway
+        if tensor.device != self.device:
+            self.other_devices.add(str(tensor.device))
+            return tensor
+        if tensor.layout != torch.strided or tensor.numel() == 0:
+            return tensor  # sparse and empty tensors stay where they are
         layer, layer_type = compat.current_keras_layer()
         layer_index = self._layers.setdefault(layer, len(self._layers))
+        key = tensor.untyped_storage().data_ptr()
+        if key in self._seen:  # a storage already offloaded (saved again, or viewed by another op)
+            ref, stored = self._seen[key]
+            if ref() is not None and stored.dtype == tensor.dtype:  # alive: the address is not a reused one
+                stored.layer_index = max(stored.layer_index, layer_index)
+                return _SavedView(stored, tensor, layer_index)
+        flat = flat_storage(tensor)
+        if flat is None:
+            return tensor
         candidate = Candidate(f"saved:{self._index}", layer, layer_type, tuple(tensor.shape),
                               tensor.numel() * tensor.element_size(), self._index)
         self._index += 1
@@ -183,55 +245,61 @@ class TorchOffloader:
         self._step_candidates.append(candidate)
         if self.n_tensors != -1 and len(self._step_swapped) >= self.n_tensors:
             return tensor
-        handle = self._copy_out(tensor, layer_index, candidate)
+        stored = self._copy_out(flat, layer_index, candidate)
         self._step_swapped.append(candidate)
-        self._seen[key] = (weakref.ref(tensor), handle)
-        return handle
+        self._seen[key] = (weakref.ref(tensor.untyped_storage()), stored)
+        return _SavedView(stored, tensor, layer_index)
 
-    def _copy_out(self, tensor, layer_index: int, candidate: Candidate) -> _Offloaded:
-        host = self.pool.acquire(candidate.nbytes).view(tensor.dtype).view(tensor.shape)
+    def _copy_out(self, flat, layer_index: int, candidate: Candidate) -> _Stored:
+        host = self.pool.acquire(candidate.nbytes).view(flat.dtype)
         if self.cuda:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))  # the activation is computed
             with torch.cuda.stream(self.stream):
-                host.copy_(tensor, non_blocking=True)
-            tensor.record_stream(self.stream)  # its memory is not reused before the copy has read it
+                host.copy_(flat, non_blocking=True)
+                copied = torch.cuda.Event()
+                copied.record(self.stream)
+            flat.record_stream(self.stream)  # its memory is not reused before the copy has read it
+            self._copies_out.append(copied)
+            while len(self._copies_out) > COPIES_OUT_IN_FLIGHT:  # the forward pass waits for the link
+                self._copies_out.popleft().synchronize()
         else:
-            host.copy_(tensor)
-        handle = _Offloaded(tensor.shape, tensor.dtype, host, layer_index, candidate)
-        self._waiting.append(handle)
-        return handle
+            host.copy_(flat)
+        stored = _Stored(flat.numel(), flat.dtype, host, layer_index, candidate)
+        self._waiting.append(stored)
+        return stored
 
     def _unpack(self, packed):
-        if not isinstance(packed, _Offloaded):
+        if not isinstance(packed, _SavedView):
             return packed
+        stored = packed.stored
         self._prefetch(packed.layer_index - self.lb)
-        self._copy_in(packed)
+        self._copy_in(stored)
         if self.cuda:
             current = torch.cuda.current_stream(self.device)
-            current.wait_event(packed.ready)  # compute never reads a buffer still in flight
-            packed.device_tensor.record_stream(current)
-        return packed.device_tensor
+            current.wait_event(stored.ready)  # compute never reads a buffer still in flight
+            stored.device_flat.record_stream(current)
+        return stored.device_flat.as_strided(packed.shape, packed.stride, packed.offset)
 
     def _prefetch(self, lowest_layer: int) -> None:
-        """Starts the copies back of every waiting tensor of a layer at or after ``lowest_layer``."""
-        for handle in [h for h in self._waiting if h.layer_index >= lowest_layer]:
-            self._copy_in(handle)  # takes it off the waiting list
+        """Starts the copies back of every waiting storage read by a layer at or after ``lowest_layer``."""
+        for stored in [s for s in self._waiting if s.layer_index >= lowest_layer]:
+            self._copy_in(stored)  # takes it off the waiting list
 
-    def _copy_in(self, handle: _Offloaded) -> None:
-        if handle.device_tensor is not None:
+    def _copy_in(self, stored: _Stored) -> None:
+        if stored.device_flat is not None:
             return
         if self.cuda:
             with torch.cuda.stream(self.stream):
-                handle.device_tensor = torch.empty(handle.shape, dtype=handle.dtype, device=self.device)
-                handle.device_tensor.copy_(handle.host, non_blocking=True)
-                handle.ready = torch.cuda.Event()
-                handle.ready.record(self.stream)
+                stored.device_flat = torch.empty(stored.numel, dtype=stored.dtype, device=self.device)
+                stored.device_flat.copy_(stored.host, non_blocking=True)
+                stored.ready = torch.cuda.Event()
+                stored.ready.record(self.stream)
         else:
-            handle.device_tensor = handle.host.clone()
-        self.pool.release(handle.host.view(torch.uint8).view(-1))
-        handle.host = None
-        if handle in self._waiting:
-            self._waiting.remove(handle)
+            stored.device_flat = stored.host.clone()
+        self.pool.release(stored.host.view(torch.uint8))
+        stored.host = None
+        if stored in self._waiting:
+            self._waiting.remove(stored)
 
     # -- reporting -----------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -257,6 +325,7 @@ class TorchBackend:
     """One fit's LMS on the PyTorch backend, for the ``LMS`` callback (the TensorFlowBackend's counterpart).
 
     Args:
+        model: the model being trained.
         selection, lb, budget_bytes, device: the LMS options.
         stats: the callback's dict, filled in after the first step.
     """
@@ -264,16 +333,19 @@ class TorchBackend:
     jit_note = ("torch.compile (jit_compile) is off while LMS trains: it traces its own graph around autograd's "
                 "saved-tensor hooks")
 
-    def __init__(self, selection: Selection, lb: int, budget_bytes: int | None, device, stats: dict):
+    def __init__(self, model, selection: Selection, lb: int, budget_bytes: int | None, device, stats: dict):
         self.offloader = TorchOffloader(selection, lb, budget_bytes, device)
         self.device, self.lb, self.stats = str(self.offloader.device), lb, stats
         self.step = None
+        self._release_plan = compat.graph_release_plan(model)
 
     def train_step(self, original):
         return lambda data: self.offloader.run(original, data)
 
     def step_scope(self):
-        return contextlib.nullcontext()
+        """The model's graph lets go of each activation once its last reader has run, so an offloaded one's
+        device memory is free before the forward pass ends (Keras would hold all of them to its end)."""
+        return compat.graph_intermediates_released(self._release_plan)
 
     def first_step_done(self) -> None:
         found = self.offloader.stats()

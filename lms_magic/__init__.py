@@ -24,6 +24,7 @@ _PUBLIC = {
     "MemoryReport": "lms_magic.results",
     "LMS": "lms_magic.lms.callback",
     "LMSKerasCallback": "lms_magic.lms.tflms",
+    "LmsStats": "lms_magic.lms.stats",
     "fit_generator": "lms_magic.legacy",
     "parse_bytes": "lms_magic.lms.plan",
     "predict_step": "lms_magic.lms.probe",

@@ -26,12 +26,12 @@ class VariantResult:
 
     @classmethod
     def from_run(cls, name, status, message, recorder, memory, history, lms, batch_size) -> "VariantResult":
-        stats = dict(lms.stats) if lms is not None else {}
+        stats = lms.stats.to_dict() if lms is not None else {}
         return cls(name=name, status=status, steps=len(recorder.step_s), time_per_step_s=recorder.time_per_step_s(),
                    batch_size=batch_size, memory=memory,
                    history={k: [float(v) for v in vs] for k, vs in (history.history.items() if history else [])},
                    step_losses=list(recorder.losses), swapped_bytes_per_step=int(stats.get("swapped_bytes_per_step", 0)),
-                   lms_stats={k: v for k, v in stats.items() if k not in ("records", "partition_graphs")},
+                   lms_stats=stats,
                    message=message)
 
     @property

@@ -119,8 +119,8 @@ class TrialRunner:
 
         if self.gpu:
             return int(tf.config.experimental.get_memory_info(self.device.strip("/"))["peak"])
-        if lms is not None and lms.stats.get("device_peak_bytes"):
-            return int(lms.stats["device_peak_bytes"])
+        if lms is not None and lms.stats.device_peak_bytes:
+            return int(lms.stats.device_peak_bytes)
         if self.predictor is not None:
             return self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size).peak_bytes
         return None

@@ -17,6 +17,7 @@ import keras
 
 from .. import compat
 from .plan import DEFAULT_MIN_BYTES, Selection, parse_bytes
+from .stats import LmsStats
 
 _said_no_gpu = False
 
@@ -96,7 +97,8 @@ class LMS(keras.callbacks.Callback):
             traces with an unknown size (Python generators); an int or a
             function returning one. Defaults to None.
 
-    After training, ``stats`` holds what was done and predicted.
+    After training, ``stats`` (an ``LmsStats``) holds what was done, and the device peak predicted
+    (TensorFlow) or measured (PyTorch with CUDA).
 
     Example:
         >>> import keras, numpy as np
@@ -125,19 +127,13 @@ class LMS(keras.callbacks.Callback):
         self.budget_bytes = None if budget is None else parse_bytes(budget)
         self.device, self.host_device, self.verbose = device, host_device, verbose
         self.batch_size_hint = batch_size_hint
-        self.stats = self._empty_stats("not trained yet")
+        self.stats = LmsStats(reason="not trained yet")
         self._backend = None  # TensorFlowBackend or TorchBackend, while a fit with this callback runs
         self._function: _LmsTrainFunction | None = None  # while a fit with this callback runs
         self._summary_line = ""
         self._step = None  # the rewritten step (TensorFlow), for inspection
 
     # -- state -----------------------------------------------------------------------------
-    def _empty_stats(self, reason: str) -> dict:
-        return {"active": False, "reason": reason, "swapped_tensors": 0, "swapped_bytes_per_step": 0,
-                "device_peak_bytes": None, "device_peak_bytes_without_lms": None, "plan": [],
-                "candidates": 0, "persistent_bytes": None, "prediction_source": None, "peak_source": None,
-                "lb_counts": "backward ops", "notes": []}
-
     def _resolve_device(self) -> str | None:
         global _said_no_gpu
         if self.device is None:
@@ -161,10 +157,10 @@ class LMS(keras.callbacks.Callback):
 
             raise RuntimeError(unsupported_message(backend))
         compat.check_versions(backend)
-        self.stats = self._empty_stats("")
-        self.stats["notes"] += self.selection.unknown_names(compat.layer_types(self.model))
+        self.stats = LmsStats(backend=backend)
+        self.stats.notes += self.selection.unknown_names(compat.layer_types(self.model))
         if self.selection.n_tensors == 0 and self.budget_bytes is None:
-            self.stats["reason"] = "n_tensors=0: LMS is off"
+            self.stats.reason = "n_tensors=0: LMS is off"
             return
         if backend == "torch":
             from .torch_offload import TorchBackend
@@ -173,7 +169,7 @@ class LMS(keras.callbacks.Callback):
         else:
             device = self._resolve_device()
             if device is None:
-                self.stats["reason"] = "no GPU"
+                self.stats.reason = "no GPU"
                 return
             from .tensorflow_backend import TensorFlowBackend
 
@@ -190,7 +186,7 @@ class LMS(keras.callbacks.Callback):
             self._summary_due = False
             self._backend.first_step_done()
             self._step = self._backend.step
-            if self.stats["active"]:
+            if self.stats.active:
                 self._summary_line = self._backend.summary_line()
             if self.verbose:
                 print(self.summary())
@@ -209,7 +205,7 @@ class LMS(keras.callbacks.Callback):
         """
         model = self.model
         if compat.jit_compile_requested(model):
-            self.stats["notes"].append(jit_note)
+            self.stats.notes.append(jit_note)
         self._lms_step = train_step
         plain = model.train_function
         try:
@@ -230,9 +226,9 @@ class LMS(keras.callbacks.Callback):
     def summary(self) -> str:
         """One line: what LMS swapped and the device peaks (predicted on TensorFlow, measured on PyTorch)."""
         stats = self.stats
-        if not stats["active"]:
-            return f"LMS: inactive ({stats['reason']})"
-        return "\n".join([self._summary_line] + [f"LMS: {note}" for note in stats["notes"]])
+        if not stats.active:
+            return f"LMS: inactive ({stats.reason})"
+        return "\n".join([self._summary_line] + [f"LMS: {note}" for note in stats.notes])
 
     # -- restoring the model -----------------------------------------------------------------
     def _restore(self) -> None:

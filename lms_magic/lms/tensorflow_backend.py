@@ -119,7 +119,7 @@ class TensorFlowBackend:
         except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
             candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data, budget=False)
             notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
-        if "records" in self.stats:
+        if self.stats.records is not None:
             _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
         batch = step.batch_size
@@ -128,7 +128,7 @@ class TensorFlowBackend:
         records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self.stats.update({
-            "active": True, "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
+            "active": True, "backend": "tensorflow", "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
             "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
             "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
             "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
@@ -136,33 +136,33 @@ class TensorFlowBackend:
                       "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
                      for r in records],
         })
-        self.stats["notes"] += notes
-        self.stats["rewrite_s"] = time.perf_counter() - started
+        self.stats.notes += notes
+        self.stats.rewrite_s = time.perf_counter() - started
 
     def first_step_done(self) -> None:
         """Replays the partition graphs that the first step executed: the predicted peaks."""
         partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
         self._run_metadata = [None]  # read once; the protos are released
-        if not partitions or not self.stats.get("active"):
+        if not partitions or not self.stats.active:
             return
-        self.stats["partition_graphs"] = partitions
+        self.stats.partition_graphs = partitions
         try:
             with_lms, without_lms, unknown = _predict.executed_transient_peaks(partitions, self.device, self.step)
         except Exception as error:  # a prediction must never stop training
-            self.stats["notes"].append(f"prediction from the traced graph only: the executed graph could not be "
+            self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
                                        f"replayed ({error})")
             return
-        persistent = self.stats["persistent_bytes"]
+        persistent = self.stats.persistent_bytes
         self.stats.update({"device_peak_bytes": persistent + with_lms,
                            "device_peak_bytes_without_lms": persistent + without_lms,
                            "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
 
     def summary_line(self) -> str:
         stats = self.stats
-        return (f"LMS: swapping {stats['swapped_tensors']} of {stats['candidates']} tensors "
-                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
-                f"predicted {self.device} peak {stats['device_peak_bytes'] / MIB:.1f} MiB with LMS, "
-                f"{stats['device_peak_bytes_without_lms'] / MIB:.1f} MiB without ({stats['prediction_source']})")
+        return (f"LMS: swapping {stats.swapped_tensors} of {stats.candidates} tensors "
+                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
+                f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
+                f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})")
 
     def close(self) -> None:
         """Nothing to release: the swaps live in the LMS train function, which the callback drops."""

@@ -41,7 +41,7 @@ class LMSKerasCallback(LMS):
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         if self.ignored:
-            self.stats["notes"].append(f"ignored TFLMS option(s) {', '.join(self.ignored)}: candidates are found "
+            self.stats.notes.append(f"ignored TFLMS option(s) {', '.join(self.ignored)}: candidates are found "
                                        "from the gradient computation, in forward order")
 
 

@@ -349,16 +349,16 @@ class TorchBackend:
 
     def first_step_done(self) -> None:
         found = self.offloader.stats()
-        found["notes"] = self.stats["notes"] + found["notes"]
+        found["notes"] = self.stats.notes + found["notes"]
         self.stats.update(found)
 
     def summary_line(self) -> str:
         stats = self.stats
-        peak = stats["device_peak_bytes"]
-        return (f"LMS (PyTorch): offloading {stats['swapped_tensors']} of {stats['candidates']} saved activations "
-                f"({stats['swapped_bytes_per_step'] / MIB:.1f} MiB per step, lb={self.lb} layers) to "
-                f"{'pinned ' if stats.get('pinned') else ''}host memory; "
-                + (f"{self.device} peak {peak / MIB:.1f} MiB ({stats['prediction_source']})" if peak is not None
+        peak = stats.device_peak_bytes
+        return (f"LMS (PyTorch): offloading {stats.swapped_tensors} of {stats.candidates} saved activations "
+                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb} layers) to "
+                f"{'pinned ' if stats.pinned else ''}host memory; "
+                + (f"{self.device} peak {peak / MIB:.1f} MiB ({stats.prediction_source})" if peak is not None
                    else "no device peak (not a CUDA device)"))
 
     def close(self) -> None:

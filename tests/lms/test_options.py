@@ -100,6 +100,18 @@ def test_stats_keys_and_plan_rows(lms_options):
     assert stats["swapped_bytes_per_step"] == sum(row["bytes"] for row in stats["plan"])
     assert stats["device_peak_bytes"] < stats["device_peak_bytes_without_lms"]
     assert set(stats["plan"][0]) >= {"layer", "shape", "bytes", "lb"}
+    # typed: attributes and the keys users read agree, the peak says it is a prediction, the export is plain
+    assert stats.swapped_tensors == stats["swapped_tensors"] == len(stats.plan)
+    assert stats.backend == "tensorflow" and stats.peak_source == "predicted" and stats.lb_counts == "backward ops"
+    assert stats.predicted_device_peak_bytes == stats.device_peak_bytes and stats.measured_device_peak_bytes is None
+    exported = stats.to_dict()
+    assert {"swapped_tensors", "swapped_bytes_per_step", "device_peak_bytes", "device_peak_bytes_without_lms",
+            "peak_source", "lb_counts", "plan", "notes"} <= set(exported)
+    assert "records" not in exported and "partition_graphs" not in exported  # graph objects stay behind
+    with pytest.raises(KeyError, match="swapped_tensors"):  # a misspelt key names the real ones
+        stats["swaped_tensors"]
+    with pytest.raises(AttributeError):
+        stats.update(swaped_tensors=1)
 
 
 def test_second_fit_works_and_removing_the_callback_restores_plain_training(lms_options):

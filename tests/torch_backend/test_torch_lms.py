@@ -84,6 +84,8 @@ def test_the_same_plan_options_as_on_tensorflow(data):
     first_two = LMS(n_tensors=2, min_bytes=0, verbose=0)
     train(cnn, data, first_two, epochs=1)
     assert first_two.stats["swapped_tensors"] == 2
+    assert every.stats.backend == "torch" and every.stats.lb_counts == "layers"
+    assert every.stats.peak_source == ("measured" if torch.cuda.is_available() else None)
     without_names = lambda plan: [{k: v for k, v in row.items() if k != "layer"} for row in plan]  # noqa: E731
     assert without_names(first_two.stats["plan"]) == without_names(every.stats["plan"][:2])  # forward order
     big_only = LMS(min_bytes=every.stats["plan"][0]["bytes"] + 1, verbose=0)

@@ -1,0 +1,97 @@
+"""What LMS did in one fit: ``LMS.stats``, one typed record for both backends.
+
+Every field has one meaning on both backends; where a backend fills it
+differently, a field says how: ``peak_source`` ("predicted" on TensorFlow,
+"measured" on PyTorch with CUDA) for ``device_peak_bytes``, and ``lb_counts``
+("backward ops" or "layers") for ``lb``. The record reads as attributes
+(``stats.swapped_tensors``) and, as before it was typed, by key
+(``stats["swapped_tensors"]``); ``to_dict()`` is the plain, exportable form.
+No framework is imported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+_INTERNAL = ("records", "partition_graphs")  # graph objects, for inspection: not exported
+
+
+@dataclass
+class LmsStats:
+    """What LMS swapped and the device peaks it predicted or measured.
+
+    Example:
+        >>> stats = LmsStats(active=True, backend="torch", swapped_tensors=3, device_peak_bytes=2**20,
+        ...                  peak_source="measured", lb_counts="layers")
+        >>> stats.swapped_tensors, stats["swapped_tensors"], stats.measured_device_peak_bytes
+        (3, 3, 1048576)
+        >>> stats.predicted_device_peak_bytes is None, "plan" in stats.to_dict()
+        (True, True)
+        >>> stats["swaped_tensors"]  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        KeyError: "LMS stats have no 'swaped_tensors'; they have: active, reason, backend, candidates, ..."
+    """
+
+    active: bool = False
+    reason: str = ""  # why LMS is inactive
+    backend: Literal["tensorflow", "torch"] | None = None
+    candidates: int = 0  # activations the backward pass reads that LMS could swap
+    swapped_tensors: int = 0
+    swapped_bytes_per_step: int = 0  # each also comes back: the host link carries twice this
+    device_peak_bytes: int | None = None  # with LMS; predicted or measured, as peak_source says
+    device_peak_bytes_without_lms: int | None = None  # predicted (TensorFlow); None where not known
+    peak_source: Literal["predicted", "measured"] | None = None
+    prediction_source: str | None = None  # what the peak comes from: "executed partition graphs", ...
+    lb_counts: Literal["backward ops", "layers"] = "backward ops"
+    persistent_bytes: int | None = None  # weights and optimizer state (TensorFlow's prediction)
+    plan: list[dict] = field(default_factory=list)  # a row per swapped tensor: layer, shape, bytes, ...
+    notes: list[str] = field(default_factory=list)
+    # TensorFlow
+    traced_device_peaks: tuple[int, int] | None = None  # (with, without) from the traced graph alone
+    unknown_size_nodes: int | None = None
+    rewrite_s: float | None = None
+    records: list | None = field(default=None, repr=False)  # the inserted swaps (graph ops)
+    partition_graphs: list | None = field(default=None, repr=False)
+    # PyTorch
+    pinned: bool | None = None
+    pinned_pool_bytes: int | None = None
+    pinned_allocations: int | None = None
+
+    @property
+    def predicted_device_peak_bytes(self) -> int | None:
+        return self.device_peak_bytes if self.peak_source == "predicted" else None
+
+    @property
+    def measured_device_peak_bytes(self) -> int | None:
+        return self.device_peak_bytes if self.peak_source == "measured" else None
+
+    def update(self, values: dict[str, Any] | None = None, **more: Any) -> None:
+        """Sets fields by name; a name that is not a field is an error, not a new key."""
+        for name, value in {**(values or {}), **more}.items():
+            if name not in _names():
+                raise AttributeError(f"LmsStats has no field {name!r}")
+            setattr(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The exported form: every field but the graph objects, lists copied."""
+        return {name: (list(value) if isinstance(value, list) else value)
+                for name in _names() if name not in _INTERNAL for value in [getattr(self, name)]}
+
+    # -- read by key, as the untyped dict was ---------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        if key not in _names():
+            public = [name for name in _names() if name not in _INTERNAL]
+            raise KeyError(f"LMS stats have no {key!r}; they have: {', '.join(public)}")
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in _names() else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _names()
+
+
+def _names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(LmsStats))

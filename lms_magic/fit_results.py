@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .results import MIB, MemoryReport, html_table
+from .results import MIB, MemoryReport
 
 
 @dataclass
@@ -130,9 +130,9 @@ class LmsFitResult:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        rows = self.table() if self.calls else [["no fit call"]]
-        notes = [f"{v.name}: {v.message}" for v in self.variants if v.message] + self.notes
-        return html_table(rows[0], rows[1:], "lms-magic-fit", left_columns=(), notes=notes)
+        from .ui.report_html import fit_result_html  # rendering is the UI's; this is the notebook's entry point
+
+        return fit_result_html(self)
 
     def to_dict(self) -> dict:
         return {"variants": [v.to_dict() for v in self.variants],
@@ -143,10 +143,7 @@ class LmsFitResult:
 
     def save_html(self, path) -> None:
         """Writes a standalone page: the table and the figures (plotly.js from its CDN)."""
-        from .ui.plots import fit_figures
+        from .ui.report_html import fit_result_page  # rendering is the UI's; this is the public entry point
 
-        figures = "".join(figure.to_html(full_html=False, include_plotlyjs="cdn") for figure in fit_figures(self))
-        page = f"<!doctype html><html><head><meta charset='utf-8'><title>%%lms_fit</title></head><body>" \
-               f"<h2>%%lms_fit</h2>{self._repr_html_()}{figures}</body></html>"
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(page)
+            handle.write(fit_result_page(self))

@@ -1,4 +1,4 @@
-"""Plain result objects of a memory profile, with text, HTML and dict views.
+"""Plain result objects of a memory profile, with text and dict views (HTML and figures: ui/).
 
 Sizes are held in bytes (``*_bytes``); MiB appear only in what is shown and
 in :meth:`MemoryReport.to_dict`, whose keys say so (``*_mib``).
@@ -6,29 +6,8 @@ in :meth:`MemoryReport.to_dict`, whose keys say so (``*_mib``).
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from .units import MIB  # noqa: F401  (MIB: a name callers import from here)
-
-
-def html_table(header, rows, css_class: str = "", left_columns=(0,), notes=()) -> str:
-    """The package's one HTML table: escaped cells (None shows empty), optional notes below as a list.
-
-    Example:
-        >>> html_table(["what", "MiB"], [["a<b", 1.5], ["c", None]], left_columns=())
-        '<table><thead><tr><th>what</th><th>MiB</th></tr></thead><tbody><tr><td>a&lt;b</td><td>1.5</td></tr><tr><td>c</td><td></td></tr></tbody></table>'
-    """
-    def cell(tag, index, value):
-        style = " style='text-align:left'" if index in left_columns else ""
-        return f"<{tag}{style}>{html.escape('' if value is None else str(value))}</{tag}>"
-
-    head = "".join(f"<th>{html.escape(str(name))}</th>" for name in header)
-    body = "".join("<tr>" + "".join(cell("td", index, value) for index, value in enumerate(row)) + "</tr>"
-                   for row in rows)
-    css = f" class='{css_class}'" if css_class else ""
-    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
-    return (f"<table{css}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            + (f"<ul>{items}</ul>" if items else ""))
 
 
 def _mib(n_bytes: int | None) -> float | None:
@@ -164,30 +143,9 @@ class MemoryReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        rows = []
-        if self.host is not None:
-            host = self.host
-            rows.append(("host RSS", host.baseline_bytes, host.peak_bytes, host.increment_bytes,
-                         "exact" if host.exact_peak else "sampled"))
-            rows += [(f"host: {p.framework} allocator", p.start_bytes, p.peak_bytes,
-                      None if p.peak_bytes is None else p.peak_bytes - p.start_bytes, "exact") for p in host.allocators]
-        for gpu in self.gpus:
-            rows.append((f"GPU {gpu.index} ({gpu.name}) device used", gpu.baseline_bytes, gpu.peak_bytes,
-                         gpu.increment_bytes, "NVML, sampled"))
-            if gpu.process_peak_bytes is not None:
-                rows.append((f"GPU {gpu.index} this process", None, gpu.process_peak_bytes, None, "NVML, sampled"))
-            rows += [(f"GPU {gpu.index}: {p.framework} allocator", p.start_bytes, p.peak_bytes,
-                      None if p.peak_bytes is None else p.peak_bytes - p.start_bytes, "exact") for p in gpu.allocators]
+        from .ui.report_html import memory_report_html  # rendering is the UI's; this is the notebook's entry point
 
-        def mib(value):
-            return None if value is None else f"{value / MIB:.1f}"
-
-        table = html_table(["memory", "baseline MiB", "peak MiB", "increment MiB", "how"],
-                           [(name, mib(base), mib(peak), mib(inc), how) for name, base, peak, inc, how in rows],
-                           "lms-magic-memory", left_columns=(0, 4))
-        notes = "".join(f"<li>{html.escape(note)}</li>" for note in self.notes)
-        return (table + f"<div>{self.duration_s:.3f} s, {self.n_samples} samples every {self.interval_s * 1000:g} ms"
-                f"{'' if self.status == 'ok' else ', ' + self.status}</div>" + (f"<ul>{notes}</ul>" if notes else ""))
+        return memory_report_html(self)
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (sizes in MiB); see the README for the keys."""
@@ -226,6 +184,6 @@ class MemoryReport:
 
     def figure(self):
         """A plotly ``Figure`` of the timeline: host and each GPU, peaks marked."""
-        from .ui.plots import memory_timeline_figure
+        from .ui.plots import memory_timeline_figure  # rendering is the UI's; this is the public entry point
 
         return memory_timeline_figure(self)

@@ -4,12 +4,7 @@ Kaggle and exported HTML alike."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..units import MIB
-
-if TYPE_CHECKING:  # the report modules import this one inside their figure() / save_html()
-    from ..results import MemoryReport
 
 
 def _plotly():
@@ -20,7 +15,7 @@ def _plotly():
     return go
 
 
-def memory_timeline_figure(report: MemoryReport):
+def memory_timeline_figure(report):
     """The memory timeline of a report: host RSS and each GPU's used memory, in MiB.
 
     Each series has its peak sample marked; where the host peak is exact (the

@@ -14,8 +14,8 @@ import math
 import time
 
 from ..lms.search import PatternSearch, Setting, Trial
+from .report_html import html_table
 from .plots import figure_bundle
-from ..results import html_table
 from ..units import MIB
 
 

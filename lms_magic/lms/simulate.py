@@ -19,8 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 from dataclasses import dataclass, field
+from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,26 @@ def execution_order(nodes: list[Node]) -> list[Node]:
     return order
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one replay.
+
+    A replay makes and drops some 100,000 small acyclic objects; with the
+    collector on, those alive at a collection are promoted, and every dozen
+    replays a full collection walks the whole process: 176 ms beside a 50 ms
+    replay of ResNet-50 once TensorFlow and Keras hold 380,000 objects
+    (measured: the slider's p95). Off, they are freed by reference counting
+    and never promoted.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def replay(nodes: list[Node], persistent_bytes: int = 0) -> Replay:
     """Replays ``nodes`` and returns the peak device memory.
 
@@ -122,6 +145,11 @@ def replay(nodes: list[Node], persistent_bytes: int = 0) -> Replay:
         persistent_bytes: memory held throughout (weights, optimizer state),
             added to every point of the replay. Defaults to 0.
     """
+    with _collector_paused():
+        return _replay(nodes, persistent_bytes)
+
+
+def _replay(nodes: list[Node], persistent_bytes: int) -> Replay:
     order = execution_order(nodes)
     names = {node.name for node in nodes}
     buffer_of: dict[tuple[str, int], int] = {}

@@ -36,13 +36,14 @@ def bootstrap_median_interval(values, draws: int = 2000, seed: int = 0) -> tuple
     return medians[int(0.025 * draws)], medians[int(0.975 * draws)]
 
 
-def main(rounds: int = 40) -> None:
+def main(rounds: int = 40, interval_s: float | None = None) -> None:
     shell = get_ipython()
     shell.run_line_magic("load_ext", "lms_magic")
     shell.run_cell(SETUP)
     plain, magic, ratios = [], [], []
     for index in range(rounds):
-        order = [("plain", FIT), ("magic", "%%lms_fit -q --n-tensors 0\n" + FIT)]
+        interval = "" if interval_s is None else f" -i {interval_s}"
+        order = [("plain", FIT), ("magic", f"%%lms_fit -q --n-tensors 0{interval}\n" + FIT)]
         for name, source in (order if index % 2 == 0 else order[::-1]):
             assert shell.run_cell(source).success
             per_step = statistics.median(shell.user_ns["steps"].times[1:])
@@ -50,11 +51,18 @@ def main(rounds: int = 40) -> None:
         ratios.append(magic[-1] / plain[-1])
     low, high = bootstrap_median_interval(ratios)
     needed = int((1.96 * statistics.stdev(ratios) / 0.005) ** 2) + 1
-    print(f"time per step: plain {statistics.median(plain) * 1000:.3f} ms, %%lms_fit --n-tensors 0 "
+    print(f"sampling {'at the default interval' if interval_s is None else f'every {interval_s} s'}: "
+          f"time per step: plain {statistics.median(plain) * 1000:.3f} ms, %%lms_fit --n-tensors 0 "
           f"{statistics.median(magic) * 1000:.3f} ms; ratio median {statistics.median(ratios):.3f} (95% interval "
           f"{low:.3f}-{high:.3f}) over {rounds} alternating pairs (goal <= 1.02); +-0.005 would need about "
           f"{needed} pairs at this spread")
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--interval", type=float, default=None, help="%%lms_fit's -i (default: its own)")
+    options = parser.parse_args()
+    main(options.rounds, options.interval)

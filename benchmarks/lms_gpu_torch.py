@@ -14,6 +14,8 @@ no-LMS batch, the pinned copy bandwidth, the bytes moved per step, the ratio of
 the LMS step time to max(compute, bytes moved / bandwidth), and %%gpumem's
 figures (NVML device use, PyTorch allocator peak) for the largest LMS run.
 --device cpu --max-batch 8 runs the whole script on a CPU, as a smoke test.
+--batches 128,256 trains those batches once each with LMS, without the search;
+--lms-options '{"min_bytes": 0}' (the default) are the LMS keyword arguments.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ else:
 model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 batch, steps = args["batch"], args["steps"]
 x = np.random.rand(batch, size, size, 3).astype("float32"); y = np.random.randint(0, 1000, batch)
-callback = LMS(verbose=0, device=args["device"], min_bytes=0) if args["lms"] else None
+callback = LMS(verbose=0, device=args["device"], **args["lms_options"]) if args["lms"] else None
 times = []
 class Timer(keras.callbacks.Callback):
     def on_train_batch_begin(self, *a, **k):
@@ -78,7 +80,8 @@ def trial(model: str, batch: int, lms: bool, args) -> dict:
     if args.device == "cpu":
         size = 32
     payload = json.dumps({"model": model, "batch": batch, "lms": lms, "steps": args.steps, "size": size,
-                          "memory_gib": args.memory_gib, "device": args.device})
+                          "memory_gib": args.memory_gib, "device": args.device,
+                          "lms_options": json.loads(args.lms_options)})
     try:
         done = subprocess.run([sys.executable, "-c", TRIAL, payload], capture_output=True, text=True,
                               timeout=args.trial_timeout_s, env={**os.environ, "KERAS_BACKEND": "torch"})
@@ -120,7 +123,17 @@ def main():
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--models", default="resnet50,cnn")
     parser.add_argument("--trial-timeout-s", type=float, default=300)
+    parser.add_argument("--lms-options", default='{"min_bytes": 0}',
+                        help="keyword arguments of LMS, as JSON (default: every saved activation offloaded)")
+    parser.add_argument("--batches", default="",
+                        help="comma-separated batch sizes: train each once with LMS (no search) and print the result")
     args = parser.parse_args()
+    if args.batches:
+        for model in args.models.split(","):
+            for batch in [int(b) for b in args.batches.split(",")]:
+                print(f"{model} batch {batch} lms {args.lms_options}: {json.dumps(trial(model, batch, True, args))}",
+                      flush=True)
+        return
     for model in args.models.split(","):
         plain_batch, plain = largest(model, False, args)
         lms_batch, lms = largest(model, True, args)

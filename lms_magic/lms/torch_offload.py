@@ -14,7 +14,9 @@ queued ahead. What goes is a storage: the saved tensors that view it (a
 convolution saves a permuted view of the activation before it) share one copy
 and come back with their own strides. The model's graph drops each layer
 output after its last reader while LMS trains (``compat.graph_intermediates_released``),
-so an offloaded activation's device memory is free before the forward pass ends.
+so an offloaded activation's device memory is free before the forward pass ends;
+a storage copied back is held only by the saved tensors autograd keeps, so it is
+freed as soon as its layer's gradient is computed.
 Pinned buffers come from a pool reused step after step (pinning a fresh buffer
 per tensor synchronizes the device). The values are copied, never changed: the
 losses and weights are the same as without LMS.
@@ -96,7 +98,7 @@ class _Stored:
     saved tensors view it: Keras's convolutions save a channels-first view of the channels-last output
     that the activation before them saved)."""
 
-    __slots__ = ("numel", "dtype", "host", "layer_index", "device_flat", "ready", "candidate")
+    __slots__ = ("numel", "dtype", "host", "layer_index", "device_flat", "ready", "candidate", "__weakref__")
 
     def __init__(self, numel: int, dtype, host, layer_index: int, candidate: Candidate):
         self.numel, self.dtype, self.host, self.layer_index = numel, dtype, host, layer_index
@@ -230,8 +232,9 @@ class TorchOffloader:
         layer_index = self._layers.setdefault(layer, len(self._layers))
         key = tensor.untyped_storage().data_ptr()
         if key in self._seen:  # a storage already offloaded (saved again, or viewed by another op)
-            ref, stored = self._seen[key]
-            if ref() is not None and stored.dtype == tensor.dtype:  # alive: the address is not a reused one
+            ref, stored_ref = self._seen[key]
+            stored = stored_ref()
+            if ref() is not None and stored is not None and stored.dtype == tensor.dtype:  # not a reused address
                 stored.layer_index = max(stored.layer_index, layer_index)
                 return _SavedView(stored, tensor, layer_index)
         flat = flat_storage(tensor)
@@ -247,7 +250,8 @@ class TorchOffloader:
             return tensor
         stored = self._copy_out(flat, layer_index, candidate)
         self._step_swapped.append(candidate)
-        self._seen[key] = (weakref.ref(tensor.untyped_storage()), stored)
+        # weak: once autograd has used the saved tensors of a layer's backward, the copy back is freed
+        self._seen[key] = (weakref.ref(tensor.untyped_storage()), weakref.ref(stored))
         return _SavedView(stored, tensor, layer_index)
 
     def _copy_out(self, flat, layer_index: int, candidate: Candidate) -> _Stored:

@@ -255,3 +255,34 @@ def test_an_interrupt_mid_forward_leaves_the_graph_as_keras_made_it(data):
         broken.fit(data[0][:16], data[0][:16], epochs=1, verbose=0, callbacks=[LMS(min_bytes=0, verbose=0)])
     nodes = [node for layer in broken._functional.layers for node in layer._inbound_nodes]
     assert nodes and not any("fill_in" in vars(node.arguments) for node in nodes)
+
+
+class BackwardLivenessOffloader(TorchOffloader):
+    """Adds up, at each copy back, the bytes of the earlier copies back whose device storage is still alive."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.alive_bytes_at_copy_in, self._restored = [], []
+
+    def _copy_in(self, stored):
+        if stored.device_flat is not None:
+            return
+        self.alive_bytes_at_copy_in.append(sum(nbytes for ref, nbytes in self._restored if ref() is not None))
+        super()._copy_in(stored)
+        self._restored.append((weakref.ref(stored.device_flat.untyped_storage()), stored.candidate.nbytes))
+
+
+@pytest.mark.parametrize("build", [lambda: cnn(layers=8), residual_bn_dropout])
+def test_activations_brought_back_leave_the_device_after_their_layer(build, data, monkeypatch):
+    """An activation copied back for the backward pass is freed once its layer's gradient is computed, so the
+    copies back do not pile up to the peak either."""
+    offloaders = []
+    monkeypatch.setattr(torch_offload, "TorchOffloader",
+                        lambda *a, **k: offloaders.append(BackwardLivenessOffloader(*a, **k)) or offloaders[-1])
+    model = build()
+    model.fit(data[0][:16], data[1][:16], batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0, verbose=0)])
+    (offloader,) = offloaders
+    activation_bytes = 16 * 16 * 16 * 8 * 4
+    assert sum(nbytes for _, nbytes in offloader._restored) >= 8 * activation_bytes
+    # the layer whose gradient is being computed and the lb=1 layer fetched ahead (plus batch statistics)
+    assert max(offloader.alive_bytes_at_copy_in) <= 3.1 * activation_bytes

@@ -147,7 +147,7 @@ class LmsFitMagics(Magics):
 
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell, **kwargs)
-        self.defaults = {"n_tensors": -1, "lb": 1}  # %lms_tune's Apply changes them
+        self.defaults = {"n_tensors": None, "lb": 1}  # None: LMS plans; %lms_tune's Apply changes them
 
     def apply_defaults(self, n_tensors: int, lb: int) -> None:
         """Makes ``n_tensors`` and ``lb`` the defaults of the following ``%%lms_fit`` cells."""
@@ -155,7 +155,8 @@ class LmsFitMagics(Magics):
 
     @magic_arguments()
     @argument("--n-tensors", type=int, default=None,
-              help="tensors to swap: -1 all (default, or what %%lms_tune's Apply chose), 0 none, N the first N")
+              help="tensors to swap: by default the plan with the lowest predicted peak (or what %%lms_tune's "
+                   "Apply chose); -1 all, 0 none, N the first N")
     @argument("--lb", type=int, default=None,
               help="swap in this many backward ops ahead of the consumer (default 1, or %%lms_tune's Apply)")
     @argument("--budget", default=None, help="device memory to stay under, e.g. 6GiB (overrides --n-tensors)")
@@ -224,7 +225,7 @@ class LmsFitMagics(Magics):
         lb = self.defaults["lb"] if args.lb is None else args.lb
         if lb < 1:
             raise UsageError(f"--lb must be a whole number >= 1, got {lb}")
-        if n_tensors < -1:
+        if n_tensors is not None and n_tensors < -1:
             raise UsageError(f"--n-tensors must be -1 (all), 0 (off) or a positive count, got {n_tensors}")
         if args.steps is not None and args.steps < 1:
             raise UsageError(f"--steps must be a positive number of steps, got {args.steps}")

@@ -112,12 +112,10 @@ class LmsTuneMagics(Magics):
         from .ui.dashboard import in_widget_frontend
 
         if not in_widget_frontend(self.shell):
-            from .lms.search import Setting
-
-            estimate = session.estimate(Setting(-1, 1, session.batch_size))
-            print(f"%lms_tune: the sliders need a notebook. Prediction with every candidate swapped: "
-                  f"{format_mib(estimate.peak_bytes)} (without LMS {format_mib(estimate.peak_bytes_without_lms)}). "
-                  "Add --autotune to search here.")
+            planned = session.predictor.planned(1, session.batch_size)
+            print(f"%lms_tune: the sliders need a notebook. LMS's default plan swaps {planned.n_tensors} of "
+                  f"{planned.candidates} candidates: predicted peak {format_mib(planned.peak_bytes)} (without LMS "
+                  f"{format_mib(planned.peak_bytes_without_lms)}). Add --autotune to search here.")
             return None
         from IPython.display import display
 

@@ -16,6 +16,7 @@ import contextlib
 import keras
 
 from .. import compat
+from ..units import MIB
 from .plan import DEFAULT_MIN_BYTES, Selection, parse_bytes
 from .stats import LmsStats
 
@@ -79,12 +80,19 @@ class LMS(keras.callbacks.Callback):
     only copied, so losses and weights are the same as without LMS.
 
     Args:
-        n_tensors: how many tensors to swap, first produced first: -1 all
-            (default), 0 LMS off, N the first N.
+        n_tensors: which tensors to swap, first produced first. None (the
+            default) plans: the count with the lowest predicted device peak
+            and, among counts within 1% of it, the fewest bytes moved; never
+            a plan predicted above the peak without LMS (where no swap helps,
+            nothing is swapped and ``stats.notes`` says where the peak is).
+            -1 swaps all, 0 turns LMS off, N swaps the first N. On PyTorch,
+            which measures rather than predicts, None offloads every
+            eligible tensor, as -1 does.
         lb: a swap-in starts at least ``lb`` backward ops before its consumer.
             Defaults to 1.
         budget: device memory to stay under, in bytes or as "6GiB": swap the
-            fewest tensors whose predicted peak fits. Overrides ``n_tensors``.
+            fewest bytes whose predicted peak fits (the search does not assume
+            that more swaps lower the peak). Overrides ``n_tensors``.
             Defaults to None.
         min_bytes: leave smaller tensors on the device. Defaults to 65536.
         include_layers, exclude_layers: layer names to (only / never) swap.
@@ -106,13 +114,13 @@ class LMS(keras.callbacks.Callback):
         >>> model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(64, activation="relu"),
         ...                           keras.layers.Dense(1)])
         >>> model.compile("sgd", "mse")
-        >>> callback = LMS(device="/CPU:0", min_bytes=0, verbose=0)  # on a GPU machine: LMS()
+        >>> callback = LMS(device="/CPU:0", n_tensors=-1, min_bytes=0, verbose=0)  # on a GPU machine: LMS()
         >>> history = model.fit(np.ones((32, 8)), np.ones(32), verbose=0, callbacks=[callback])
         >>> callback.stats["active"], callback.stats["swapped_tensors"] > 0
         (True, True)
     """
 
-    def __init__(self, n_tensors: int = -1, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
+    def __init__(self, n_tensors: int | None = None, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
                  device: str | None = None, host_device: str = "/CPU:0", verbose: int = 1, batch_size_hint=None):
         super().__init__()
@@ -186,10 +194,34 @@ class LMS(keras.callbacks.Callback):
             self._summary_due = False
             self._backend.first_step_done()
             self._step = self._backend.step
+            if self._planned_swaps_raise_the_peak():
+                self._drop_swaps()
             if self.stats.active:
                 self._summary_line = self._backend.summary_line()
             if self.verbose:
                 print(self.summary())
+
+    def _planned_swaps_raise_the_peak(self) -> bool:
+        """Whether the default plan, checked on the graphs TensorFlow executed, predicts a higher peak than no LMS.
+
+        The plan is chosen on the traced graph before the first step; Grappler and placement change the graph
+        that runs, and its replay (after the first step) is what ``stats`` report.
+        """
+        stats = self.stats
+        return (stats.plan_rule == "lowest predicted peak" and stats.swapped_tensors > 0
+                and stats.prediction_source == "executed partition graphs"
+                and stats.device_peak_bytes > stats.device_peak_bytes_without_lms)
+
+    def _drop_swaps(self) -> None:
+        """The rest of the fit trains with the model's own train function: nothing swapped after the first step."""
+        stats = self.stats
+        stats.notes.append(f"the graphs TensorFlow executed predict {stats.device_peak_bytes / MIB:.1f} MiB with the "
+                           f"planned {stats.swapped_tensors} swaps, above {stats.device_peak_bytes_without_lms / MIB:.1f}"
+                           " MiB without: no tensor is swapped after the first step")
+        _LmsTrainFunction.remove_from(self.model)
+        self._function = None
+        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, plan=[],
+                     device_peak_bytes=stats.device_peak_bytes_without_lms)
 
     def on_train_end(self, logs=None):
         self._restore()

@@ -2,19 +2,29 @@
 
 The candidates are forward tensors that the backward pass reads, in the order
 the forward pass produces them: the first ones are held the longest, so they
-are swapped first (as TFLMS did). The selection is by count (``n_tensors``),
-size (``min_bytes``), layer name or type, or by a memory budget, found by a
-binary search over the count with a peak predictor (the liveness replay).
+are swapped first (as TFLMS did). The plans are the prefixes of that order.
+By default the plan is the one with the lowest predicted peak (the liveness
+replay), and among those within 1% of it the one that moves the fewest bytes;
+never one above the peak without LMS. The predicted peak is not monotonic in
+the number swapped (swap-ins that arrive with other backward or optimizer work
+can raise it), so the search scans the prefix lengths on a grid and zooms in
+around the best, rather than assuming that more swaps is lower. ``n_tensors``
+-1 swaps all, N the first N; a ``budget`` takes the fewest bytes whose
+predicted peak fits.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Callable, Iterable
 
 from ..units import format_mib, parse_bytes  # noqa: F401  (parse_bytes: callers import it from here)
 
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
+PLANNED = None  # n_tensors's default: the plan with the lowest predicted peak
+PEAK_TOLERANCE = 0.01  # plans within 1% of the lowest peak count as equal: the fewest bytes moved wins
 
 @dataclass(frozen=True)
 class Candidate:
@@ -61,7 +71,7 @@ def _names(field: str, value) -> tuple[str, ...]:
 class Selection:
     """The static filters of the LMS options."""
 
-    n_tensors: int = -1
+    n_tensors: int | None = PLANNED
     min_bytes: int = 0
     include_layers: tuple[str, ...] = ()
     exclude_layers: tuple[str, ...] = ()
@@ -71,8 +81,10 @@ class Selection:
     def __post_init__(self):
         for field in NAME_FIELDS:
             object.__setattr__(self, field, _names(field, getattr(self, field)))
-        if not isinstance(self.n_tensors, int) or self.n_tensors < -1:
-            raise ValueError(f"n_tensors must be -1 (all), 0 (LMS off) or a positive count, got {self.n_tensors!r}")
+        if self.n_tensors is not PLANNED and (not isinstance(self.n_tensors, int) or isinstance(self.n_tensors, bool)
+                                              or self.n_tensors < -1):
+            raise ValueError(f"n_tensors must be None (planned: the lowest predicted peak), -1 (all), 0 (LMS off) "
+                             f"or a positive count, got {self.n_tensors!r}")
         if self.min_bytes < 0:
             raise ValueError(f"min_bytes must be >= 0, got {self.min_bytes!r}")
 
@@ -108,80 +120,178 @@ class Selection:
         return chosen
 
     def select(self, candidates: Iterable[Candidate]) -> list[Candidate]:
-        """Applies the filters, then ``n_tensors`` (the first N in forward order)."""
+        """Applies the filters, then ``n_tensors`` (the first N in forward order; all for -1 and, where
+        there is no peak predictor to plan with, for None)."""
         eligible = self.eligible(candidates)
-        if self.n_tensors == -1:
+        if self.n_tensors in (-1, PLANNED):
             return eligible
         return eligible[: self.n_tensors]
 
 
 class BudgetError(ValueError):
-    """Even swapping every eligible tensor does not fit the budget."""
+    """No plan that the search tried fits the budget."""
+
+
+@dataclass
+class PlanSearch:
+    """What the search chose and what it tried.
+
+    Attributes:
+        chosen: the candidates to swap, in forward order.
+        peak_bytes: the predicted peak of the chosen plan (persistent bytes included).
+        peak_bytes_without_lms: the predicted peak with nothing swapped.
+        lowest_peak_bytes: the lowest predicted peak of any plan tried.
+        peaks: the predicted peak of each prefix length tried.
+    """
+
+    chosen: list[Candidate]
+    peak_bytes: int | None = None
+    peak_bytes_without_lms: int | None = None
+    lowest_peak_bytes: int | None = None
+    peaks: dict[int, int] = dataclass_field(default_factory=dict)
+
+    @property
+    def plans_tried(self) -> int:
+        return len(self.peaks)
+
+
+class _PrefixPeaks:
+    """The predicted peak of each prefix length of ``eligible``, memoised."""
+
+    def __init__(self, eligible: list[Candidate], predicted_peak: Callable[[list[Candidate]], int]):
+        self.eligible, self._predicted_peak, self.peaks = eligible, predicted_peak, {}
+
+    def __call__(self, count: int) -> int:
+        if count not in self.peaks:
+            self.peaks[count] = self._predicted_peak(self.eligible[:count])
+        return self.peaks[count]
+
+    def scan(self, low: int, high: int, intervals: int) -> None:
+        """Evaluates about ``intervals`` + 1 evenly spaced lengths from ``low`` to ``high``."""
+        step = max(1, math.ceil((high - low) / intervals))
+        for count in list(range(low, high, step)) + [high]:
+            self(count)
+
+    def lowest(self) -> int:
+        """The length with the lowest peak found, the shortest among equals."""
+        return min(self.peaks, key=lambda count: (self.peaks[count], count))
+
+    def zoom_on_lowest(self, intervals: int = 8) -> None:
+        """Scans ever finer around the lowest peak found until neighbouring lengths have been tried."""
+        while True:
+            best, tried = self.lowest(), sorted(self.peaks)
+            position = tried.index(best)
+            low = tried[position - 1] if position > 0 else best
+            high = tried[position + 1] if position + 1 < len(tried) else best
+            if all(count in self.peaks for count in range(low, high + 1)):
+                return  # every length between the lowest's neighbours has been tried
+            self.scan(low, high, intervals)
+
+    def shortest_within(self, limit_bytes: int, intervals: int = 8) -> int | None:
+        """The shortest length found whose peak is <= ``limit_bytes``, refined between it and the tried
+        length before it (which did not fit) until they are neighbours."""
+        while True:
+            fitting = [count for count in sorted(self.peaks) if self.peaks[count] <= limit_bytes]
+            if not fitting:
+                return None
+            shortest = fitting[0]
+            below = [count for count in self.peaks if count < shortest]
+            if not below or shortest - max(below) <= 1:
+                return shortest
+            self.scan(max(below) + 1, shortest - 1, intervals)
+
+
+def lowest_peak_plan(eligible: list[Candidate], predicted_peak: Callable[[list[Candidate]], int],
+                     tolerance: float = PEAK_TOLERANCE, grid: int = 16) -> PlanSearch:
+    """The prefix of ``eligible`` with the lowest predicted peak; among those within ``tolerance`` of it, the
+    shortest (fewest bytes moved). Never a plan above the peak with nothing swapped.
+
+    A coarse scan of ``grid`` + 1 lengths, then finer scans around the lowest,
+    then around the shortest within tolerance: some 40-60 predictions for a
+    few hundred candidates, whatever the shape of the peak curve between them.
+
+    Example:
+        >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(40)]
+        >>> valley = lambda swapped: 1000 - 20 * len(swapped) if len(swapped) <= 25 else 500 + 30 * (len(swapped) - 25)
+        >>> search = lowest_peak_plan(cands, valley)
+        >>> len(search.chosen), search.peak_bytes, search.peak_bytes_without_lms
+        (25, 500, 1000)
+        >>> len(lowest_peak_plan(cands, lambda swapped: 1000 + len(swapped)).chosen)  # no swap helps
+        0
+    """
+    peaks = _PrefixPeaks(eligible, predicted_peak)
+    peaks.scan(0, len(eligible), grid)
+    peaks.zoom_on_lowest()
+    lowest = peaks.peaks[peaks.lowest()]
+    limit = min(peaks(0), int(lowest * (1 + tolerance)))
+    count = peaks.shortest_within(limit)
+    return PlanSearch(eligible[:count], peaks(count), peaks(0), lowest, peaks.peaks)
 
 
 def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
-                        predicted_peak: Callable[[list[Candidate]], int]) -> list[Candidate]:
-    """The shortest prefix of ``eligible`` whose predicted peak fits ``budget_bytes``.
+                        predicted_peak: Callable[[list[Candidate]], int], grid: int = 16) -> PlanSearch:
+    """The shortest prefix of ``eligible`` (fewest bytes moved) whose predicted peak fits ``budget_bytes``.
 
-    The peak does not grow as more tensors are swapped, so a binary search
-    over the prefix length needs about log2(N) predictions.
+    The peak is not assumed to fall as more tensors are swapped: lengths are
+    scanned on a grid, the lowest peak is searched for when none fits, and
+    the shortest fitting length is refined against the tried length before it.
+    The chosen plan's peak is a prediction the replay made, not an interpolation.
 
     Raises:
-        BudgetError: swapping all of ``eligible`` still exceeds the budget; the
-            message gives the predicted peak.
+        BudgetError: no plan tried fits; the message gives the lowest predicted peak found.
 
     Example:
-        >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(5)]
-        >>> peak = lambda swapped: 1000 - 100 * len(swapped)
-        >>> len(fewest_swaps_within(cands, 750, peak))
-        3
+        >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(64)]
+        >>> len(fewest_swaps_within(cands, 6_050, lambda swapped: 10_000 - 100 * len(swapped)).chosen)
+        40
     """
-    if predicted_peak([]) <= budget_bytes:
-        return []
-    lowest = predicted_peak(eligible)
-    if lowest > budget_bytes:
+    peaks = _PrefixPeaks(eligible, predicted_peak)
+    if peaks(0) <= budget_bytes:
+        return PlanSearch([], peaks(0), peaks(0), peaks(0), peaks.peaks)
+    peaks.scan(0, len(eligible), grid)
+    if all(peak > budget_bytes for peak in peaks.peaks.values()):
+        peaks.zoom_on_lowest()
+    count = peaks.shortest_within(budget_bytes)
+    if count is None:
+        best = peaks.lowest()
         raise BudgetError(
-            f"the predicted device peak is {format_mib(lowest)} even with all {len(eligible)} eligible tensors "
-            f"swapped, above the budget of {format_mib(budget_bytes)}; try a smaller batch, a lower min_bytes, "
-            "or a larger budget"
+            f"the lowest predicted device peak of any plan tried is {format_mib(peaks.peaks[best])} (swapping {best} of "
+            f"{len(eligible)} eligible tensors; all of them: {format_mib(peaks(len(eligible)))}), above the budget "
+            f"of {format_mib(budget_bytes)}; try a smaller batch, a lower min_bytes, or a larger budget"
         )
-    low, high = 1, len(eligible)  # invariant: prefix of `high` fits
-    while low < high:
-        middle = (low + high) // 2
-        if predicted_peak(eligible[:middle]) <= budget_bytes:
-            high = middle
-        else:
-            low = middle + 1
-    return eligible[:high]
+    return PlanSearch(eligible[:count], peaks(count), peaks(0), min(peaks.peaks.values()), peaks.peaks)
 
 
-def choose_swaps(selection: Selection, candidates: Iterable[Candidate], budget_bytes: int | None,
-                 persistent_bytes: int, transient_peak: Callable[[list[Candidate]], int]) -> list[Candidate]:
+def plan_swaps(selection: Selection, candidates: Iterable[Candidate], budget_bytes: int | None,
+               persistent_bytes: int, transient_peak: Callable[[list[Candidate]], int]) -> PlanSearch:
     """The one planning rule of LMS, the budget search and the tuner: which candidates to swap.
 
-    Without a budget, ``selection`` decides (filters, then the first
-    ``n_tensors``). With one, the fewest first-produced eligible tensors whose
-    predicted peak (``persistent_bytes`` plus ``transient_peak(swapped)``) fits.
+    With a budget: the fewest bytes whose predicted peak (``persistent_bytes``
+    plus ``transient_peak(swapped)``) fits. Else ``selection.n_tensors``
+    decides: None (the default) the plan with the lowest predicted peak (see
+    lowest_peak_plan), -1 every eligible tensor, N the first N.
 
     Raises:
         BudgetError: the weights and optimizer state alone exceed the budget
-            (LMS does not swap them), or even swapping every eligible tensor
-            does not fit; the message says what to try.
+            (LMS does not swap them), or no plan tried fits; the message says what to try.
 
     Example:
         >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(5)]
         >>> peak = lambda swapped: 600 - 100 * len(swapped)
-        >>> [c.tensor for c in choose_swaps(Selection(n_tensors=2), cands, None, 400, peak)]
+        >>> [c.tensor for c in plan_swaps(Selection(n_tensors=2), cands, None, 400, peak).chosen]
         ['t0', 't1']
-        >>> [c.tensor for c in choose_swaps(Selection(), cands, 750, 400, peak)]
+        >>> [c.tensor for c in plan_swaps(Selection(), cands, 750, 400, peak).chosen]
         ['t0', 't1', 't2']
     """
-    if budget_bytes is None:
-        return selection.select(candidates)
-    if persistent_bytes > budget_bytes:
-        raise BudgetError(f"the model's weights and optimizer state alone take {format_mib(persistent_bytes)}, "
-                          f"above the budget of {format_mib(budget_bytes)}; LMS swaps activations, not weights: "
-                          "raise the budget or use a smaller model")
-    return fewest_swaps_within(selection.eligible(candidates), budget_bytes,
-                               lambda chosen: persistent_bytes + transient_peak(chosen))
+    def predicted_peak(chosen):
+        return persistent_bytes + transient_peak(chosen)
 
+    if budget_bytes is not None:
+        if persistent_bytes > budget_bytes:
+            raise BudgetError(f"the model's weights and optimizer state alone take {format_mib(persistent_bytes)}, "
+                              f"above the budget of {format_mib(budget_bytes)}; LMS swaps activations, not weights: "
+                              "raise the budget or use a smaller model")
+        return fewest_swaps_within(selection.eligible(candidates), budget_bytes, predicted_peak)
+    if selection.n_tensors is PLANNED:
+        return lowest_peak_plan(selection.eligible(candidates), predicted_peak)
+    return PlanSearch(selection.select(candidates))

@@ -74,9 +74,13 @@ class TracedStep:
 
     def predicted_transient_peak(self, swaps: list[TensorCandidate] = ()) -> int:
         """Device memory the step allocates at its peak, beyond what it holds before."""
+        return self.replay(swaps).peak_bytes
+
+    def replay(self, swaps: list[TensorCandidate] = ()):
+        """The liveness replay of the step with ``swaps``: its peak and the op after which it happens."""
         planned = [Swap((item.tensor.op.name, item.tensor.value_index), tuple(c.name for c in item.consumers),
                         item.trigger.name, item.candidate.nbytes) for item in swaps]
-        return replay(with_swaps(self.nodes(), planned)).peak_bytes
+        return replay(with_swaps(self.nodes(), planned))
 
     def _lookup(self, partition_name: str):
         parts = partition_name.split("/")
@@ -101,6 +105,22 @@ class TracedStep:
     def priority_of(self, partition_name: str) -> float | None:
         op = self._lookup(partition_name)
         return None if op is None else float(self._position[op.name])
+
+
+def phase_of(op_name: str, optimizer_scope: str | None) -> str:
+    """Which part of a Keras train step an op belongs to, from its name scope.
+
+    Example:
+        >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
+        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7")]
+        ['forward', 'backward', 'optimizer']
+    """
+    scopes = op_name.split("/")
+    if scopes[0] in ("gradient_tape", "gradients") or scopes[0].startswith("gradients_"):
+        return "backward"
+    if optimizer_scope and scopes[0] == optimizer_scope:
+        return "optimizer"
+    return "forward"
 
 
 def train_partitions(run_metadata):

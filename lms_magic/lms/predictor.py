@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from .plan import Selection, choose_swaps
+from .plan import Selection, lowest_peak_plan, plan_swaps
 from .predict import TracedStep, variables_bytes
 from .tensorflow import find_candidates, layer_resolver
 
@@ -111,8 +111,10 @@ class StepPredictor:
             self._peaks[key] = self.persistent_bytes + self.trace(batch_size).predicted_transient_peak(chosen)
         return self._peaks[key]
 
-    def predict(self, n_tensors: int = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
-        """The predicted peak with the first ``n_tensors`` candidates swapped (-1: all)."""
+    def predict(self, n_tensors: int | None = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
+        """The predicted peak with the first ``n_tensors`` candidates swapped (-1: all; None: LMS's default plan)."""
+        if n_tensors is None:
+            return self.planned(lb, batch_size)
         eligible = self.candidates(lb, batch_size)
         count = len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
         return Prediction(batch_size, count, lb, self._peak(lb, batch_size, count), self._peak(lb, batch_size, 0),
@@ -128,9 +130,15 @@ class StepPredictor:
         """
         eligible = [item.candidate for item in self.candidates(lb, batch_size)]  # filtered, in forward order
         # the search tries prefixes of `eligible` only, which _peak memoises by length
-        chosen = choose_swaps(Selection(), eligible, budget_bytes, self.persistent_bytes,
-                              lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes)
-        return len(chosen)
+        search = plan_swaps(Selection(), eligible, budget_bytes, self.persistent_bytes,
+                            lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes)
+        return len(search.chosen)
+
+    def planned(self, lb: int = 1, batch_size: int = 32) -> Prediction:
+        """The prediction for LMS's default plan: the lowest predicted peak, then the fewest bytes moved."""
+        eligible = [item.candidate for item in self.candidates(lb, batch_size)]
+        search = lowest_peak_plan(eligible, lambda swapped: self._peak(lb, batch_size, len(swapped)))
+        return self.predict(len(search.chosen), lb, batch_size)
 
 
 def _check(lb: int, batch_size: int) -> None:

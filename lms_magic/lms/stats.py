@@ -47,6 +47,9 @@ class LmsStats:
     lb_counts: Literal["backward ops", "layers"] = "backward ops"
     persistent_bytes: int | None = None  # weights and optimizer state (TensorFlow's prediction)
     plan: list[dict] = field(default_factory=list)  # a row per swapped tensor: layer, shape, bytes, ...
+    plan_rule: str | None = None  # "lowest predicted peak", "budget", "first N", "all eligible"
+    plans_tried: int | None = None  # predictions the plan search made (TensorFlow)
+    planning_s: float | None = None  # the plan search's time (TensorFlow)
     notes: list[str] = field(default_factory=list)
     # TensorFlow
     traced_device_peaks: tuple[int, int] | None = None  # (with, without) from the traced graph alone

@@ -1,7 +1,7 @@
 """LMS on TensorFlow: the per-fit engine behind the ``LMS`` callback.
 
 Each trace of the train step is rewritten as it is traced: candidates found,
-the swaps chosen (plan.choose_swaps), swap ops inserted (lms/tensorflow.py).
+the swaps planned (plan.plan_swaps), swap ops inserted (lms/tensorflow.py).
 After the first step, the partition graphs TensorFlow executed are replayed
 for the predicted peaks. Per step, Grappler's dependency optimizer is off
 (it would delete the swap identities), and the first step's graphs are
@@ -11,15 +11,16 @@ collected; both are put back when the step ends.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import tensorflow as tf
 
 from .. import compat
-from ..units import MIB
+from ..units import MIB, format_mib
 from . import predict as _predict
 from . import tensorflow as _rewrite_ops
-from .plan import BudgetError, Selection, choose_swaps
+from .plan import PLANNED, BudgetError, Selection, plan_swaps
 
 
 class TensorFlowBackend:
@@ -46,6 +47,7 @@ class TensorFlowBackend:
         self._batch_hint = None
         self._budget_checked = False
         self._run_metadata: list = []
+        self._planned: dict = {}
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -106,10 +108,35 @@ class TensorFlowBackend:
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
         persistent = _predict.variables_bytes(self.model)
-        chosen = choose_swaps(self.selection, [item.candidate for item in candidates],
-                              self.budget_bytes if budget else None, persistent,
-                              lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
-        return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in chosen]
+        started = time.perf_counter()
+        selection = self.selection
+        if batch is None and selection.n_tensors is PLANNED:  # nothing to size a plan with: TFLMS's rule, all
+            selection = dataclasses.replace(selection, n_tensors=-1)
+        search = plan_swaps(selection, [item.candidate for item in candidates],
+                            self.budget_bytes if budget else None, persistent,
+                            lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
+        self._planned = {"plan_rule": self._rule(budget, selection), "plans_tried": search.plans_tried,
+                         "planning_s": time.perf_counter() - started}
+        if self._planned["plan_rule"] == "lowest predicted peak" and candidates and not search.chosen:
+            notes.append(self._nothing_helps(step, search.peak_bytes))
+        return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in search.chosen]
+
+    def _rule(self, budget: bool, selection: Selection) -> str:
+        if budget and self.budget_bytes is not None:
+            return "budget"
+        n_tensors = selection.n_tensors
+        return {PLANNED: "lowest predicted peak", -1: "all eligible"}.get(n_tensors, f"first {n_tensors}")
+
+    def _nothing_helps(self, step, peak_bytes: int | None) -> str:
+        """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why."""
+        op = step.replay([]).peak_after or "?"
+        optimizer = getattr(self.model, "optimizer", None)
+        phase = _predict.phase_of(op, getattr(optimizer, "name", None))
+        why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
+               "backward": "the tensors live there are read by the backward pass at that point or just after",
+               "optimizer": "the optimizer update holds the gradients and its state while the activations are gone"}
+        return (f"no swap lowers the predicted peak ({format_mib(peak_bytes) if peak_bytes else '?'}, after {op} "
+                f"in the {phase} pass: {why[phase]}): nothing is swapped")
 
     def _rewrite(self, graph, start: int, data) -> None:
         started = time.perf_counter()
@@ -118,7 +145,8 @@ class TensorFlowBackend:
             candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
         except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
             candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data, budget=False)
-            notes.append("the budget is not reachable for one batch shape: every eligible tensor is swapped there")
+            notes.append("the budget is not reachable for one batch shape: the plan with the lowest "
+                         "predicted peak is used there")
         if self.stats.records is not None:
             _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
@@ -136,6 +164,7 @@ class TensorFlowBackend:
                       "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
                      for r in records],
         })
+        self.stats.update(self._planned)
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
 
@@ -160,7 +189,8 @@ class TensorFlowBackend:
     def summary_line(self) -> str:
         stats = self.stats
         return (f"LMS: swapping {stats.swapped_tensors} of {stats.candidates} tensors "
-                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}) to {self.host_device}; "
+                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}; plan: {stats.plan_rule}) "
+                f"to {self.host_device}; "
                 f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
                 f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})")
 

@@ -159,7 +159,8 @@ class TorchOffloader:
         self.cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.pool = PinnedPool(pin=self.cuda)
-        self.n_tensors = -1 if budget_bytes is not None else selection.n_tensors
+        # None (planned) offloads every eligible tensor here: PyTorch has no graph to predict from
+        self.n_tensors = -1 if budget_bytes is not None or selection.n_tensors is None else selection.n_tensors
         self.notes: list[str] = []
         self.steps = 0
         self.candidates: list[Candidate] = []
@@ -314,6 +315,8 @@ class TorchOffloader:
             "device_peak_bytes": self.peak_bytes, "device_peak_bytes_without_lms": None,
             "prediction_source": "measured (PyTorch allocator)" if self.peak_bytes is not None else None,
             "peak_source": "measured" if self.peak_bytes is not None else None, "lb_counts": "layers",
+            "plan_rule": "budget" if self.budget_bytes is not None else
+            "all eligible" if self.selection.n_tensors in (None, -1) else f"first {self.selection.n_tensors}",
             "plan": [{"tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type, "shape": c.shape,
                       "bytes": c.nbytes} for c in self.swapped],
             "pinned": self.cuda, "pinned_pool_bytes": self.pool.allocated_bytes,

@@ -30,5 +30,6 @@ ACCELERATOR, HOST = "/CPU:0", "/CPU:1"
 
 @pytest.fixture
 def lms_options():
-    """Options that put LMS on the two logical CPUs, printing nothing."""
-    return {"device": ACCELERATOR, "host_device": HOST, "min_bytes": 0, "verbose": 0}
+    """Options that put LMS on the two logical CPUs, printing nothing, swapping every candidate (the tests of
+    the swaps themselves; test_real_models.py and test_plan.py test the default plan)."""
+    return {"device": ACCELERATOR, "host_device": HOST, "min_bytes": 0, "verbose": 0, "n_tensors": -1}

@@ -21,7 +21,7 @@ def fit(model, callbacks=(), epochs=1, **options):
 def test_n_tensors_swaps_the_first_n(lms_options):
     everything = LMS(**lms_options)
     fit(models.residual_bn_dropout(), [everything])
-    first_two = LMS(n_tensors=2, **lms_options)
+    first_two = LMS(**{**lms_options, "n_tensors": 2})
     fit(models.residual_bn_dropout(), [first_two])
     assert first_two.stats["swapped_tensors"] == 2
     def where(plan):  # tensor names differ between two model instances; layer types and shapes do not
@@ -31,7 +31,7 @@ def test_n_tensors_swaps_the_first_n(lms_options):
 
 
 def test_n_tensors_zero_is_off(lms_options, capsys):
-    callback = LMS(n_tensors=0, **{**lms_options, "verbose": 1})
+    callback = LMS(**{**lms_options, "n_tensors": 0, "verbose": 1})
     model = models.residual_bn_dropout()
     fit(model, [callback])
     assert callback.stats["active"] is False and "n_tensors=0" in callback.stats["reason"]
@@ -60,7 +60,7 @@ def test_budget_swaps_the_fewest_that_fit(lms_options):
 
 @pytest.mark.parametrize("above_weights, words", [
     (None, "weights and optimizer state alone take .* LMS swaps activations, not weights"),  # as %lms_tune says
-    (1024, "even with all .* swapped"),
+    (1024, "lowest predicted device peak of any plan tried is .* above the budget"),
 ])
 def test_impossible_budget_fails_before_training_and_keeps_the_model(lms_options, above_weights, words):
     from lms_magic.lms.predict import variables_bytes

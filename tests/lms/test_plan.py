@@ -1,6 +1,7 @@
 import pytest
 
-from lms_magic.lms.plan import BudgetError, Candidate, Selection, fewest_swaps_within, parse_bytes
+from lms_magic.lms.plan import (BudgetError, Candidate, Selection, fewest_swaps_within, lowest_peak_plan, parse_bytes,
+                                plan_swaps)
 
 
 def cand(i, nbytes=100, layer="conv", layer_type="Conv2D"):
@@ -23,6 +24,7 @@ def test_n_tensors_takes_the_first_in_forward_order():
     candidates = [cand(3), cand(1), cand(2), cand(0)]
     assert [c.forward_index for c in Selection(n_tensors=2).select(candidates)] == [0, 1]
     assert len(Selection(n_tensors=-1).select(candidates)) == 4
+    assert len(Selection().select(candidates)) == 4  # without a predictor to plan with, the default is all
     assert Selection(n_tensors=0).select(candidates) == []
 
 
@@ -34,9 +36,9 @@ def test_filters_by_size_layer_and_type():
     assert [c.forward_index for c in Selection(exclude_layers=("conv_a",), min_bytes=100).select(candidates)] == [1, 3]
 
 
-@pytest.mark.parametrize("n_tensors", [-2, 1.5, "all"])
+@pytest.mark.parametrize("n_tensors", [-2, 1.5, "all", True])
 def test_bad_n_tensors_says_what_is_allowed(n_tensors):
-    with pytest.raises(ValueError, match="-1 \\(all\\), 0 \\(LMS off\\)"):
+    with pytest.raises(ValueError, match="None \\(planned.*-1 \\(all\\), 0 \\(LMS off\\)"):
         Selection(n_tensors=n_tensors)
 
 
@@ -48,15 +50,66 @@ def test_budget_takes_the_fewest_swaps_and_few_predictions():
         calls.append(len(swapped))
         return 10_000 - 100 * len(swapped)
 
-    chosen = fewest_swaps_within(candidates, 6_050, peak)
-    assert len(chosen) == 40  # 10_000 - 100 * 40 = 6_000 <= 6_050, 39 would give 6_100
-    assert len(calls) <= 10
+    search = fewest_swaps_within(candidates, 6_050, peak)
+    assert len(search.chosen) == 40  # 10_000 - 100 * 40 = 6_000 <= 6_050, 39 would give 6_100
+    assert search.peak_bytes == 6_000 and search.peak_bytes_without_lms == 10_000
+    assert len(calls) == len(set(calls)) <= 24  # memoised, and a grid plus a refinement, not all 65
 
 
 def test_budget_that_already_fits_swaps_nothing():
-    assert fewest_swaps_within([cand(0)], 10**9, lambda swapped: 5) == []
+    assert fewest_swaps_within([cand(0)], 10**9, lambda swapped: 5).chosen == []
 
 
-def test_impossible_budget_says_the_predicted_peak():
-    with pytest.raises(BudgetError, match="predicted device peak is 2.0 MiB even with all 1 eligible"):
+def test_impossible_budget_says_the_lowest_predicted_peak():
+    with pytest.raises(BudgetError, match="lowest predicted device peak of any plan tried is 2.0 MiB"):
         fewest_swaps_within([cand(0)], 2**20, lambda swapped: 2 * 2**20)
+
+
+def valley(bottom=25, slope_down=20, slope_up=30):
+    """A peak that falls as the first `bottom` tensors are swapped, then rises: the swap-ins of the later
+    ones arrive beside the backward pass's own work (EfficientNetB0 with Adam behaves so)."""
+    return lambda swapped: (1000 - slope_down * len(swapped) if len(swapped) <= bottom
+                            else 1000 - slope_down * bottom + slope_up * (len(swapped) - bottom))
+
+
+def test_budget_does_not_assume_that_more_swaps_lower_the_peak():
+    candidates = [cand(i) for i in range(64)]  # swapping all 64: 1000 - 500 + 30 * 39 = 1670, above the budget
+    search = fewest_swaps_within(candidates, 640, valley())
+    assert len(search.chosen) == 18 and search.peak_bytes == 640  # 1000 - 20 * 18
+
+
+def test_default_plan_takes_the_lowest_peak_rather_than_every_tensor():
+    candidates = [cand(i) for i in range(64)]
+    search = plan_swaps(Selection(), candidates, None, 0, valley())
+    assert len(search.chosen) == 25 and search.peak_bytes == 500 and search.peak_bytes_without_lms == 1000
+
+
+def test_default_plan_never_predicts_above_no_lms():
+    candidates = [cand(i) for i in range(300)]
+    search = plan_swaps(Selection(), candidates, None, 400, lambda swapped: 1000 + 3 * len(swapped))
+    assert search.chosen == [] and search.peak_bytes == search.peak_bytes_without_lms == 1400
+
+
+def test_among_peaks_within_one_percent_the_plan_moving_fewest_bytes_wins():
+    candidates = [cand(i) for i in range(120)]
+
+    def plateau(swapped):  # 505 from 10 swaps on, 500 from 100: within 1% of each other
+        return 1000 if len(swapped) < 10 else 505 if len(swapped) < 100 else 500
+
+    search = lowest_peak_plan(candidates, plateau)
+    assert len(search.chosen) == 10 and search.lowest_peak_bytes == 500
+
+
+def test_plan_search_cost_stays_small_for_resnet_sized_candidate_lists():
+    candidates = [cand(i) for i in range(320)]
+    calls = []
+
+    def bumpy(swapped):
+        calls.append(len(swapped))
+        count = len(swapped)
+        return 10_000 - 20 * count + (count % 7) * 15 + max(0, count - 211) * 60
+
+    search = lowest_peak_plan(candidates, bumpy)
+    assert len(set(calls)) <= 80
+    exhaustive = min(range(321), key=lambda count: (bumpy(candidates[:count]), count))
+    assert search.peak_bytes <= 1.01 * bumpy(candidates[:exhaustive])

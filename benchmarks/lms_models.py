@@ -1,0 +1,71 @@
+"""LMS's default plan on keras.applications models, predicted on this machine (no GPU, no training).
+
+For each model at --size x --size (default 224) with SGD and momentum, from the
+liveness replay of the traced train step (the plan LMS makes before the first
+step; `LMS` then checks it on the executed graphs):
+  - the predicted device peak at --batch (default 32) without LMS, with the
+    default plan, and with every candidate swapped (TFLMS's default);
+  - the tensors and bytes the default plan moves per step;
+  - the planning time (candidates + search + replays; the trace is separate);
+  - with --largest, the largest batch whose predicted peak fits --memory-gib
+    (default 16) without LMS and with the default plan, and their ratio.
+
+    python benchmarks/lms_models.py --models ResNet50,DenseNet121 --largest
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lms_magic.lms.plan import Selection  # noqa: E402
+from lms_magic.lms.predictor import StepPredictor  # noqa: E402
+from lms_magic.lms.probe import largest_batch  # noqa: E402
+
+GIB, MIB = 2**30, 2**20
+MODELS = "MobileNetV2,ResNet50,DenseNet121,EfficientNetB0,MobileNetV3Small"
+
+
+def build(name: str, size: int):
+    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=1000,
+                                              classifier_activation=None)
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--largest", action="store_true", help="also search the largest batch within --memory-gib")
+    parser.add_argument("--memory-gib", type=float, default=16)
+    args = parser.parse_args()
+    for name in args.models.split(","):
+        model = build(name, args.size)
+        sample = (np.zeros((1, args.size, args.size, 3), "float32"), np.zeros((1,), "int64"))
+        predictor = StepPredictor(model, sample, Selection())  # LMS's defaults: min_bytes 64 KiB
+        predictor.trace(args.batch)
+        started = time.perf_counter()
+        planned = predictor.predict(None, 1, args.batch)
+        planning_s = time.perf_counter() - started
+        everything = predictor.predict(-1, 1, args.batch)
+        print(f"{name} {args.size}x{args.size} batch {args.batch}: predicted peak {planned.peak_bytes_without_lms / GIB:.2f}"
+              f" GiB without LMS, {planned.peak_bytes / GIB:.2f} GiB with the default plan ({planned.n_tensors} of "
+              f"{planned.candidates} tensors, {planned.swapped_bytes_per_step / GIB:.2f} GiB out per step), "
+              f"{everything.peak_bytes / GIB:.2f} GiB with all swapped ({everything.swapped_bytes_per_step / GIB:.2f} "
+              f"GiB); trace {predictor.trace_s:.1f} s, planning {planning_s:.2f} s", flush=True)
+        if args.largest:
+            memory = int(args.memory_gib * GIB)
+            plain = largest_batch(model, sample, memory, with_lms=False, min_bytes=64 * 1024)
+            lms = largest_batch(model, sample, memory, with_lms=True, n_tensors=None, min_bytes=64 * 1024)
+            print(f"  largest batch within {args.memory_gib:g} GiB by prediction: {plain} without LMS, {lms} with "
+                  f"({lms / max(plain, 1):.1f}x)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

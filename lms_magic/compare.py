@@ -102,7 +102,7 @@ class VariantRunner:
             _build_for_training(model, args, kwargs)
         if self.compare:
             self._note_unfair_data(data)
-        start = FairStart(model, kwargs.get("callbacks"))
+        start = FairStart(model, kwargs.get("callbacks"), reseed=self.compare)  # one run: the user's random state
         names = ["no_lms", "lms"] if self.compare else ["lms"]
         results, histories = [], {}
         for name in names:

@@ -243,3 +243,20 @@ def test_dashboard_shows_the_table_and_both_variants(fit_shell):
     assert {t.name for t in memory.data} >= {"no_lms: host RSS", "lms: host RSS"}
     assert [t.name for t in training.data] == ["no_lms: loss", "lms: loss"]
     assert len(training.data[1].y) == lms.steps
+
+
+def test_one_run_trains_as_a_plain_fit_from_the_users_random_state(fit_shell):
+    """Without --compare there is one run: it draws from the user's random state (shuffling, dropout) as the
+    plain fit would, and leaves that state where the plain fit would."""
+    assert run(fit_shell, "def fresh():\n    keras.utils.set_random_seed(0)\n    m = keras.models.clone_model(model)\n"
+                          "    m.compile('adam', 'binary_crossentropy')\n    keras.utils.set_random_seed(5)\n"
+                          "    return m").success
+    outcomes = []
+    for magic in ("", f"%%lms_fit -q {LMS_ON_CPUS}\n"):
+        assert run(fit_shell, "m = fresh()").success
+        assert run(fit_shell, magic + "h = m.fit(x, y, batch_size=16, epochs=2, shuffle=True, verbose=0)").success
+        assert run(fit_shell, "after = np.random.rand()").success
+        outcomes.append((fit_shell.user_ns["h"].history["loss"], fit_shell.user_ns["after"]))
+    (plain_loss, plain_after), (lms_loss, lms_after) = outcomes
+    assert np.allclose(lms_loss, plain_loss, rtol=1e-6, atol=0), (plain_loss, lms_loss)
+    assert lms_after == plain_after

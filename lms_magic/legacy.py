@@ -13,7 +13,9 @@ def fit_generator(model, generator, steps_per_epoch=None, epochs=1, verbose=1, c
     """Runs ``model.fit`` with the arguments of the old ``Model.fit_generator``.
 
     Keras 3 reads Python generators, ``keras.utils.PyDataset`` and ``tf.data``
-    through ``fit`` itself. The queue arguments (``max_queue_size``,
+    through ``fit`` itself. ``shuffle`` shuffles the batches of a
+    ``PyDataset`` (Keras 2 shuffled only a ``Sequence``); other data is
+    passed on without it, so Keras does not warn that it ignores it. The queue arguments (``max_queue_size``,
     ``workers``, ``use_multiprocessing``) moved to ``PyDataset``; values other
     than the defaults give a warning and are otherwise ignored.
 
@@ -35,6 +37,9 @@ def fit_generator(model, generator, steps_per_epoch=None, epochs=1, verbose=1, c
     if changed:
         warnings.warn(f"fit_generator: {', '.join(changed)} are ignored under Keras 3; "
                       "set them on a keras.utils.PyDataset instead", stacklevel=2)
+    import keras
+
+    shuffle = bool(shuffle) and isinstance(generator, keras.utils.PyDataset)
     return model.fit(generator, steps_per_epoch=steps_per_epoch, epochs=epochs, verbose=verbose,
                      callbacks=callbacks, validation_data=validation_data, validation_steps=validation_steps,
                      validation_freq=validation_freq, class_weight=class_weight, shuffle=shuffle,

@@ -119,6 +119,17 @@ class Selection:
             chosen.append(candidate)
         return chosen
 
+    def rule(self, budget: bool = False) -> str:
+        """What decides the swaps, as ``LmsStats.plan_rule`` says it.
+
+        Example:
+            >>> Selection().rule(), Selection(n_tensors=-1).rule(), Selection(n_tensors=3).rule(), Selection().rule(True)
+            ('lowest predicted peak', 'all eligible', 'first 3', 'budget')
+        """
+        if budget:
+            return "budget"
+        return {PLANNED: "lowest predicted peak", -1: "all eligible"}.get(self.n_tensors, f"first {self.n_tensors}")
+
     def select(self, candidates: Iterable[Candidate]) -> list[Candidate]:
         """Applies the filters, then ``n_tensors`` (the first N in forward order; all for -1 and, where
         there is no peak predictor to plan with, for None)."""

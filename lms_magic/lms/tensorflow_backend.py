@@ -115,17 +115,12 @@ class TensorFlowBackend:
         search = plan_swaps(selection, [item.candidate for item in candidates],
                             self.budget_bytes if budget else None, persistent,
                             lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
-        self._planned = {"plan_rule": self._rule(budget, selection), "plans_tried": search.plans_tried,
+        self._planned = {"plan_rule": selection.rule(budget and self.budget_bytes is not None),
+                         "plans_tried": search.plans_tried,
                          "planning_s": time.perf_counter() - started}
         if self._planned["plan_rule"] == "lowest predicted peak" and candidates and not search.chosen:
             notes.append(self._nothing_helps(step, search.peak_bytes))
         return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in search.chosen]
-
-    def _rule(self, budget: bool, selection: Selection) -> str:
-        if budget and self.budget_bytes is not None:
-            return "budget"
-        n_tensors = selection.n_tensors
-        return {PLANNED: "lowest predicted peak", -1: "all eligible"}.get(n_tensors, f"first {n_tensors}")
 
     def _nothing_helps(self, step, peak_bytes: int | None) -> str:
         """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why."""

@@ -27,6 +27,7 @@ tests use to check the math); there is nothing to gain in memory there.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections import defaultdict, deque
 
@@ -315,8 +316,9 @@ class TorchOffloader:
             "device_peak_bytes": self.peak_bytes, "device_peak_bytes_without_lms": None,
             "prediction_source": "measured (PyTorch allocator)" if self.peak_bytes is not None else None,
             "peak_source": "measured" if self.peak_bytes is not None else None, "lb_counts": "layers",
-            "plan_rule": "budget" if self.budget_bytes is not None else
-            "all eligible" if self.selection.n_tensors in (None, -1) else f"first {self.selection.n_tensors}",
+            # None offloads every eligible tensor here (no graph to plan with): the rule -1 names
+            "plan_rule": (self.selection if self.selection.n_tensors is not None
+                          else dataclasses.replace(self.selection, n_tensors=-1)).rule(self.budget_bytes is not None),
             "plan": [{"tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type, "shape": c.shape,
                       "bytes": c.nbytes} for c in self.swapped],
             "pinned": self.cuda, "pinned_pool_bytes": self.pool.allocated_bytes,

@@ -24,6 +24,25 @@ SUPPORTED = {"tensorflow": ("2.17", "2.21"), "keras": ("3.5", "3.15")}
 SKIP_CHECK_VARIABLE = "LMS_MAGIC_SKIP_VERSION_CHECK"
 
 
+def output_can_be_silenced(function: Callable) -> Callable:
+    """IPython 8's decorator that lets a trailing ``;`` silence a magic's value; on IPython 7 (Colab's 7.34),
+    which has none, a wrapper that returns None when the cell's (or line's) code ends with ``;``."""
+    try:
+        from IPython.core.magic import output_can_be_silenced as decorate
+    except ImportError:
+        import functools
+
+        @functools.wraps(function)
+        def silenced(self, line="", cell=None, *args, **kwargs):
+            value = function(self, line, cell, *args, **kwargs)
+            code = [text.split("#", 1)[0].rstrip() for text in (cell if cell is not None else line).splitlines()]
+            code = [text for text in code if text]
+            return None if code and code[-1].endswith(";") else value
+
+        return silenced
+    return decorate(function)
+
+
 def _release(version: str) -> tuple[int, int]:
     """The (major, minor) of a version string: "2.21.0rc1" -> (2, 21)."""
     parts = re.findall(r"\d+", version)[:2]
@@ -99,27 +118,6 @@ def layer_types(model) -> dict[str, str]:
 def jit_compile_requested(model) -> bool:
     """Whether the model would compile its train step with XLA / torch.compile."""
     return bool(model.jit_compile)
-
-
-@contextlib.contextmanager
-def grappler_options(settings: dict) -> Iterator[None]:
-    """Grappler's experimental options updated with ``settings`` inside the block.
-
-    Afterwards the context's options are exactly what they were, including
-    options that were unset (``tf.config.optimizer.set_experimental_options``
-    can only set them, so an unset option would come back explicitly set).
-    """
-    import tensorflow as tf
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    saved = dict(ctx._optimizer_experimental_options)
-    tf.config.optimizer.set_experimental_options(settings)
-    try:
-        yield
-    finally:
-        ctx._optimizer_experimental_options = saved
-        ctx._thread_local_data.function_call_options = None  # rebuilt from the options at the next call
 
 
 @contextlib.contextmanager

@@ -77,7 +77,9 @@ class LMS(keras.callbacks.Callback):
     The forward tensors that the backward pass reads are copied to host memory
     as soon as they are produced, their device buffers are freed, and each is
     copied back ``lb`` backward ops before the op that reads it. The values are
-    only copied, so losses and weights are the same as without LMS.
+    only copied: losses and weights are those of training without LMS
+    (bit-identical on the models the tests train but two, which differ by
+    float rounding; the README says which).
 
     Args:
         n_tensors: which tensors to swap, first produced first. None (the
@@ -98,8 +100,10 @@ class LMS(keras.callbacks.Callback):
         include_layers, exclude_layers: layer names to (only / never) swap.
         include_types, exclude_types: layer class names, e.g. ("Conv2D",).
         device: the accelerator, e.g. "/GPU:0". Defaults to the first GPU; with
-            no GPU, LMS does nothing and says so.
-        host_device: where swapped tensors wait. Defaults to "/CPU:0".
+            no GPU, LMS does nothing and says so (after
+            ``lms_magic.simulate_accelerator()``, "/CPU:0").
+        host_device: where swapped tensors wait. Defaults to "/CPU:0" ("/CPU:1"
+            after ``lms_magic.simulate_accelerator()``).
         verbose: 1 prints a line when training starts, 0 nothing. Defaults to 1.
         batch_size_hint: the batch size, for data whose batches TensorFlow
             traces with an unknown size (Python generators); an int or a
@@ -122,12 +126,12 @@ class LMS(keras.callbacks.Callback):
 
     def __init__(self, n_tensors: int | None = None, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
-                 device: str | None = None, host_device: str = "/CPU:0", verbose: int = 1, batch_size_hint=None):
+                 device: str | None = None, host_device: str | None = None, verbose: int = 1, batch_size_hint=None):
         super().__init__()
         if not isinstance(lb, int) or lb < 1:
             raise ValueError(f"lb must be a whole number >= 1, got {lb!r}")
         for role, spec in (("device", device), ("host_device", host_device)):
-            if not (isinstance(spec, str) or (spec is None and role == "device")):
+            if not (isinstance(spec, str) or spec is None):
                 raise ValueError(f"{role} takes a device name such as '/GPU:0' or '/CPU:0', got {spec!r}")
         self.selection = Selection(n_tensors, int(min_bytes), include_layers, exclude_layers,
                                    include_types, exclude_types)
@@ -144,16 +148,25 @@ class LMS(keras.callbacks.Callback):
     # -- state -----------------------------------------------------------------------------
     def _resolve_device(self) -> str | None:
         global _said_no_gpu
+        from ..devices import default_device
+
         if self.device is None:
             gpus = [name for name in _tensorflow_devices() if name.startswith("/GPU")]
+            if not gpus and default_device() is not None:  # lms_magic.simulate_accelerator()
+                return default_device()
             if not gpus:
                 if not _said_no_gpu and self.verbose:
                     print("LMS: no GPU found, so nothing is swapped (pass device=... to choose one)")
                 _said_no_gpu = True
                 return None
             return gpus[0]
-        check_devices(self.device, self.host_device)
+        check_devices(self.device, self._host_device())
         return self.device
+
+    def _host_device(self) -> str:
+        from ..devices import default_host
+
+        return self.host_device or default_host()
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
@@ -165,7 +178,7 @@ class LMS(keras.callbacks.Callback):
 
             raise RuntimeError(unsupported_message(backend))
         compat.check_versions(backend)
-        self.stats = LmsStats(backend=backend)
+        self.stats = LmsStats(backend=backend, budget_bytes=self.budget_bytes)
         self.stats.notes += self.selection.unknown_names(compat.layer_types(self.model))
         if self.selection.n_tensors == 0 and self.budget_bytes is None:
             self.stats.reason = "n_tensors=0: LMS is off"
@@ -182,7 +195,7 @@ class LMS(keras.callbacks.Callback):
             from .tensorflow_backend import TensorFlowBackend
 
             self._backend = TensorFlowBackend(self.model, self.selection, self.lb, self.budget_bytes, device,
-                                              self.host_device, self.batch_size_hint, self.stats)
+                                              self._host_device(), self.batch_size_hint, self.stats)
         self._install(self._backend.train_step(self.model.train_step), self._backend.jit_note)
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -221,7 +234,7 @@ class LMS(keras.callbacks.Callback):
         _LmsTrainFunction.remove_from(self.model)
         self._function = None
         stats.update(swapped_tensors=0, swapped_bytes_per_step=0, plan=[],
-                     device_peak_bytes=stats.device_peak_bytes_without_lms)
+                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
 
     def on_train_end(self, logs=None):
         self._restore()
@@ -230,8 +243,8 @@ class LMS(keras.callbacks.Callback):
         """Makes the LMS train function; it takes the model's place one step at a time (see _LmsTrainFunction).
 
         Nothing of the model or of TensorFlow is changed between steps: the
-        train step, XLA and Grappler settings and graph collection are set
-        for the duration of each LMS step only, so whatever ends the fit
+        train step, XLA and graph collection are set for the duration of
+        each LMS step only (Grappler's options are never touched), so whatever ends the fit
         (an exception in a callback, the data or the step, an interrupt)
         leaves them as they were.
         """

@@ -17,6 +17,8 @@ from .simulate import FORWARDING_OPS, SHAPE_OPS, Node
 # Ops whose output 0 is their input 0's buffer (TensorFlow forwards it).
 ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
                           "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
+# The op types of LMS's swap ops (lms/tensorflow.py: EnsureShape out, Snapshot in).
+SWAP_OPS = frozenset({"EnsureShape", "Snapshot"})
 # Ops whose outputs hold no new memory of the step (variables, constants).
 FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
                       "_Retval", "_DeviceRetval"}) | SHAPE_OPS
@@ -54,42 +56,9 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
     """
-    graph_nodes = [node for graph in partition_graphs for node in graph.node]
-    sends = {_tensor_name(node): node for node in graph_nodes if node.op == "_Send"}
-    by_name = {node.name: node for node in graph_nodes}
-
-    def on_device(node) -> bool:
-        return node.device.endswith(device)
-
-    def resolve(name: str, index: int) -> tuple[str, int]:
-        """Follows a _Recv back to what its _Send sends."""
-        node = by_name.get(name)
-        while node is not None and node.op == "_Recv":
-            send = sends.get(_tensor_name(node))
-            if send is None or not send.input:
-                break
-            name, index, _ = _parse_input(send.input[0])
-            node = by_name.get(name)
-        return name, index
-
-    def swapped_origin(name: str, index: int) -> tuple[str, int] | None:
-        """For a device _Recv of a swap-in: the device tensor that was swapped out."""
-        node = by_name.get(name)
-        if node is None or node.op != "_Recv" or not on_device(node):
-            return None
-        hops = 0
-        while hops < 16:
-            name, index = resolve(name, index)
-            node = by_name.get(name)
-            if node is None:
-                return None
-            if on_device(node):
-                return (name, index) if hops else None
-            if node.op != "Identity" or "lms_swap" not in node.name:
-                return None
-            name, index, _ = _parse_input(node.input[0])
-            hops += 1
-        return None
+    index = _PartitionIndex(partition_graphs, device)
+    graph_nodes, sends, by_name, on_device = index.nodes, index.sends, index.by_name, index.on_device
+    resolve, swapped_origin = index.resolve, index.swapped_origin
 
     removed: set[str] = set()
     rewired: dict[tuple[str, int], tuple[str, int]] = {}
@@ -163,6 +132,74 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
     nodes = _fill_unknown_sizes(nodes, unknown)
     _propagate_priorities(nodes)
     return nodes, unknown
+
+
+class _PartitionIndex:
+    """The partition graphs' nodes by name, the _Send of each tensor name, and the walks across them."""
+
+    def __init__(self, partition_graphs: Iterable, device: str):
+        self.nodes = [node for graph in partition_graphs for node in graph.node]
+        self.sends = {_tensor_name(node): node for node in self.nodes if node.op == "_Send"}
+        self.by_name = {node.name: node for node in self.nodes}
+        self.device = device
+
+    def on_device(self, node) -> bool:
+        return node.device.endswith(self.device)
+
+    def resolve(self, name: str, index: int) -> tuple[str, int]:
+        """Follows a _Recv back to what its _Send sends."""
+        node = self.by_name.get(name)
+        while node is not None and node.op == "_Recv":
+            send = self.sends.get(_tensor_name(node))
+            if send is None or not send.input:
+                break
+            name, index, _ = _parse_input(send.input[0])
+            node = self.by_name.get(name)
+        return name, index
+
+    def swapped_origin(self, name: str, index: int) -> tuple[str, int] | None:
+        """For a device _Recv of a swap-in: the device tensor that was swapped out."""
+        node = self.by_name.get(name)
+        if node is None or node.op != "_Recv" or not self.on_device(node):
+            return None
+        hops = 0
+        while hops < 16:
+            name, index = self.resolve(name, index)
+            node = self.by_name.get(name)
+            if node is None:
+                return None
+            if self.on_device(node):
+                return (name, index) if hops else None
+            if node.op not in SWAP_OPS or "lms_swap" not in node.name:
+                return None
+            name, index, _ = _parse_input(node.input[0])
+            hops += 1
+        return None
+
+
+def swapped_in(partition_graphs: Iterable, device: str) -> dict[str, tuple[str, int]]:
+    """The device _Recv nodes that bring a swapped tensor back, each with the tensor it brings back.
+
+    Example:
+        >>> from types import SimpleNamespace as N
+        >>> attr = lambda name: {"tensor_name": N(s=name.encode())}
+        >>> graph = N(node=[N(name="relu", op="Relu", input=[], device="GPU:0", attr={}),
+        ...     N(name="send_out", op="_Send", input=["relu"], device="GPU:0", attr=attr("t0")),
+        ...     N(name="recv_out", op="_Recv", input=[], device="CPU:0", attr=attr("t0")),
+        ...     N(name="lms_swap_in/relu", op="Snapshot", input=["recv_out"], device="CPU:0", attr={}),
+        ...     N(name="send_in", op="_Send", input=["lms_swap_in/relu"], device="CPU:0", attr=attr("t1")),
+        ...     N(name="recv_in", op="_Recv", input=[], device="GPU:0", attr=attr("t1"))])
+        >>> swapped_in([graph], "GPU:0")
+        {'recv_in': ('relu', 0)}
+    """
+    index = _PartitionIndex(partition_graphs, device)
+    found = {}
+    for node in index.nodes:
+        if node.op == "_Recv" and index.on_device(node):
+            origin = index.swapped_origin(node.name, 0)
+            if origin is not None:
+                found[node.name] = origin
+    return found
 
 
 def _fill_unknown_sizes(nodes: list[Node], unknown: list[str]) -> list[Node]:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .partitions import ALIASING_OPS, FREE_OPS, nodes_from_partitions
+from .partitions import ALIASING_OPS, FREE_OPS, nodes_from_partitions, swapped_in
+from .peak import LiveTensor, explain_peak, kind_of_op, phase_of
 from .simulate import FORWARDING_OPS, Node, Swap, replay, with_swaps
 from .tensorflow import SHAPE_OPS, TensorCandidate, static_bytes
+
+__all__ = ["TracedStep", "phase_of", "variables_bytes", "persistent_tensors", "train_partitions", "executed_peaks"]
+INPUT_OPS = frozenset({"IteratorGetNext", "OptionalGetValue", "_Arg"})
 
 
 def device_suffix(device: str) -> str:
@@ -22,23 +26,35 @@ def device_suffix(device: str) -> str:
 
 def variables_bytes(model) -> int:
     """Bytes of the model's and optimizer's variables (held through the step)."""
-    variables = list(model.variables)
+    return sum(tensor.nbytes for tensor in persistent_tensors(model))
+
+
+def persistent_tensors(model) -> list[LiveTensor]:
+    """The model's variables ("weights") and the optimizer's ("optimizer_state"), each once."""
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and not getattr(optimizer, "built", True):
         optimizer = type(optimizer).from_config(optimizer.get_config())  # sized on a copy: the model's untouched
         optimizer.build(model.trainable_variables)
-    if optimizer is not None:
-        variables += list(getattr(optimizer, "variables", []))
-    total, seen = 0, set()
-    for variable in variables:
-        if id(variable) in seen:
-            continue
-        seen.add(id(variable))
-        count = 1
-        for dim in variable.shape:
-            count *= int(dim)
-        total += count * tf.as_dtype(variable.dtype).size
-    return total
+    groups = [("weights", list(model.variables)), ("optimizer_state", list(getattr(optimizer, "variables", [])))]
+    tensors, seen = [], set()
+    for kind, variables in groups:
+        for variable in variables:
+            if id(variable) in seen:
+                continue
+            seen.add(id(variable))
+            shape = tuple(int(dim) for dim in variable.shape)
+            count = 1
+            for dim in shape:
+                count *= dim
+            name = getattr(variable, "path", None) or variable.name
+            tensors.append(LiveTensor(name, name.rsplit("/", 1)[0], shape, count * tf.as_dtype(variable.dtype).size,
+                                      kind))
+    return tensors
+
+
+def _planned(swaps: list[TensorCandidate]) -> list[Swap]:
+    return [Swap((item.tensor.op.name, item.tensor.value_index), tuple(c.name for c in item.consumers),
+                 item.trigger.name, item.candidate.nbytes) for item in swaps]
 
 
 class TracedStep:
@@ -76,15 +92,43 @@ class TracedStep:
         """Device memory the step allocates at its peak, beyond what it holds before."""
         return self.replay(swaps).peak_bytes
 
-    def replay(self, swaps: list[TensorCandidate] = ()):
-        """The liveness replay of the step with ``swaps``: its peak and the op after which it happens."""
-        planned = [Swap((item.tensor.op.name, item.tensor.value_index), tuple(c.name for c in item.consumers),
-                        item.trigger.name, item.candidate.nbytes) for item in swaps]
-        return replay(with_swaps(self.nodes(), planned))
+    def replay(self, swaps: list[TensorCandidate] = (), explain: bool = False):
+        """The liveness replay of the step with ``swaps``: its peak and the op after which it happens
+        (and, with ``explain``, the buffers live there)."""
+        return replay(with_swaps(self.nodes(), _planned(swaps)), explain=explain)
+
+    def explain(self, swaps: list[TensorCandidate], persistent: list[LiveTensor], layer_of,
+                optimizer_scope: str | None, result=None) -> dict:
+        """``stats["peak"]`` for the step with ``swaps`` (see peak.explain_peak); ``result``: a replay of
+        them made with ``explain=True`` already."""
+        result = result if result is not None else self.replay(swaps, explain=True)
+        copies = {f"{swap.tensor[0]}:{swap.tensor[1]}/device_copy": swap.tensor for swap in _planned(swaps)}
+
+        def describe(tensor):
+            name, index = tensor
+            swapped = name in copies
+            if swapped:
+                name, index = copies[name]
+            return self.describe(name, index, layer_of, optimizer_scope, swapped)
+
+        return explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope))
+
+    def describe(self, name: str, index: int, layer_of, optimizer_scope: str | None,
+                 swapped: bool = False) -> LiveTensor:
+        """The tensor that output ``index`` of op ``name`` (traced or executed) holds: layer, shape, kind."""
+        op = self._lookup(name)
+        if op is None or index >= len(op.outputs):
+            return LiveTensor(name, layer_of(name)[0], None, 0, kind_of_op(name, optimizer_scope, swapped))
+        tensor = op.outputs[index]
+        dims = tuple(tensor.shape.as_list()) if tensor.shape.rank is not None else ()
+        shape = tuple(self.batch_size if dim is None else dim for dim in dims)
+        return LiveTensor(tensor.name, layer_of(op.name)[0], shape, 0,
+                          kind_of_op(op.name, optimizer_scope, swapped, is_input=op.type in INPUT_OPS))
 
     def _lookup(self, partition_name: str):
+        """The traced op an executed node comes from: its name, less leading scopes (never its bare last part)."""
         parts = partition_name.split("/")
-        for start in range(len(parts)):
+        for start in range(max(len(parts) - 1, 1)):
             op = self._by_name.get("/".join(parts[start:]))
             if op is not None:
                 return op
@@ -107,22 +151,6 @@ class TracedStep:
         return None if op is None else float(self._position[op.name])
 
 
-def phase_of(op_name: str, optimizer_scope: str | None) -> str:
-    """Which part of a Keras train step an op belongs to, from its name scope.
-
-    Example:
-        >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
-        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7")]
-        ['forward', 'backward', 'optimizer']
-    """
-    scopes = op_name.split("/")
-    if scopes[0] in ("gradient_tape", "gradients") or scopes[0].startswith("gradients_"):
-        return "backward"
-    if optimizer_scope and scopes[0] == optimizer_scope:
-        return "optimizer"
-    return "forward"
-
-
 def train_partitions(run_metadata):
     """The partition graphs of the executed train function in ``run_metadata``."""
     best, best_score = None, -1
@@ -134,9 +162,23 @@ def train_partitions(run_metadata):
     return list(best.partition_graphs) if best is not None and best_score > 0 else []
 
 
-def executed_transient_peaks(partitions, device: str, step: TracedStep) -> tuple[int, int, int]:
-    """(peak with LMS, peak without LMS, unknown-size device nodes) from executed partitions."""
+def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
+                   optimizer_scope: str | None) -> tuple[dict, dict, int]:
+    """The executed partitions replayed with LMS and without (its swaps undone), each explained
+    (peak.explain_peak: its ``bytes`` include ``persistent``), and the count of unknown-size device nodes."""
     suffix = device_suffix(device)
-    with_lms, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of)
-    without_lms, _ = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=True)
-    return replay(with_lms).peak_bytes, replay(without_lms).peak_bytes, len(unknown)
+    brought_back = swapped_in(partitions, suffix)
+
+    def describe(tensor):
+        name, index = tensor
+        if name in brought_back:
+            return step.describe(*brought_back[name], layer_of, optimizer_scope, swapped=True)
+        return step.describe(name, index, layer_of, optimizer_scope)
+
+    explained, unknown_count = [], 0
+    for undo in (False, True):
+        nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo)
+        unknown_count = unknown_count or len(unknown)
+        result = replay(nodes, explain=True)
+        explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope)))
+    return explained[0], explained[1], unknown_count

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from .plan import Selection, lowest_peak_plan, plan_swaps
-from .predict import TracedStep, variables_bytes
+from .predict import TracedStep, persistent_tensors
 from .tensorflow import find_candidates, layer_resolver
 
 
@@ -78,10 +78,11 @@ class StepPredictor:
         self.model, self.sample = model, sample
         self.trace_s: float | None = None  # the last trace's time
         self._layer_of = layer_resolver(model)
-        self.persistent_bytes = variables_bytes(model)
+        self._persistent = persistent_tensors(model)
+        self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._steps: dict[int, TracedStep] = {}
         self._candidates: dict[tuple[int, int], list] = {}
-        self._peaks: dict[tuple[int, int, int], int] = {}
+        self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
 
     def trace(self, batch_size: int) -> TracedStep:
         """The train step traced at ``batch_size`` (once per batch size)."""
@@ -104,12 +105,25 @@ class StepPredictor:
             self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
         return self._candidates[key]
 
-    def _peak(self, lb: int, batch_size: int, count: int) -> int:
+    def _replay(self, lb: int, batch_size: int, count: int):
         key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing
-        if key not in self._peaks:
+        if key not in self._replays:
             chosen = self.candidates(lb, batch_size)[:count]
-            self._peaks[key] = self.persistent_bytes + self.trace(batch_size).predicted_transient_peak(chosen)
-        return self._peaks[key]
+            self._replays[key] = self.trace(batch_size).replay(chosen, explain=True)
+        return self._replays[key]
+
+    def _peak(self, lb: int, batch_size: int, count: int) -> int:
+        return self.persistent_bytes + self._replay(lb, batch_size, count).peak_bytes
+
+    def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict:
+        """``stats["peak"]`` (lms/peak.py) of the prediction with the first ``n_tensors`` candidates swapped
+        (-1: all): the phase and op of the peak, its bytes by kind, and the 10 largest live tensors."""
+        eligible = self.candidates(lb, batch_size)
+        count = len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
+        optimizer = getattr(self.model, "optimizer", None)
+        return self.trace(batch_size).explain(eligible[:count], self._persistent, self._layer_of,
+                                              getattr(optimizer, "name", None),
+                                              result=self._replay(lb, batch_size, count))
 
     def predict(self, n_tensors: int | None = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
         """The predicted peak with the first ``n_tensors`` candidates swapped (-1: all; None: LMS's default plan)."""

@@ -69,11 +69,18 @@ FORWARDING_OPS = frozenset({
 
 @dataclass
 class Replay:
-    """What a replay found: the peak, where it happened, and the order used."""
+    """What a replay found: the peak, where it happened, and the order used.
+
+    ``live_at_peak`` (with ``replay(..., explain=True)``) holds, for each
+    device buffer live at the peak, the tensor that last wrote it
+    ((producer name, output index)) and its bytes; with ``persistent_bytes``
+    they add up to ``peak_bytes``.
+    """
 
     peak_bytes: int
     peak_after: str | None
     order: list[str] = field(default_factory=list)
+    live_at_peak: list[tuple[tuple[str, int], int]] | None = None
 
 
 class GraphCycleError(ValueError):
@@ -137,19 +144,26 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def replay(nodes: list[Node], persistent_bytes: int = 0) -> Replay:
+def replay(nodes: list[Node], persistent_bytes: int = 0, explain: bool = False) -> Replay:
     """Replays ``nodes`` and returns the peak device memory.
 
     Args:
         nodes: the graph.
         persistent_bytes: memory held throughout (weights, optimizer state),
             added to every point of the replay. Defaults to 0.
+        explain: also list the buffers live at the peak (``Replay.live_at_peak``).
+            Defaults to False.
+
+    Example:
+        >>> nodes = [Node("x", (100,)), Node("y", (50,), (("x", 0),)), Node("z", (10,), (("y", 0),))]
+        >>> replay(nodes, explain=True).live_at_peak
+        [(('x', 0), 100), (('y', 0), 50)]
     """
     with _collector_paused():
-        return _replay(nodes, persistent_bytes)
+        return _replay(nodes, persistent_bytes, explain)
 
 
-def _replay(nodes: list[Node], persistent_bytes: int) -> Replay:
+def _replay(nodes: list[Node], persistent_bytes: int, explain: bool = False) -> Replay:
     order = execution_order(nodes)
     names = {node.name for node in nodes}
     buffer_of: dict[tuple[str, int], int] = {}
@@ -162,8 +176,12 @@ def _replay(nodes: list[Node], persistent_bytes: int) -> Replay:
                 readers_of[source] = readers_of.get(source, 0) + 1
 
     live = peak = persistent_bytes
-    peak_after = None
-    for node in order:
+    peak_after, peak_step = None, -1
+    # for explain: when each buffer was allocated and freed (replay steps), and who wrote it when
+    allocated_at: list[int] = []
+    freed_at: list[int] = []
+    writers: dict[int, list[tuple[int, tuple[str, int]]]] = {}
+    for step, node in enumerate(order):
         new_buffers = []
         for index, n_bytes in enumerate(node.outputs):
             key = (node.name, index)
@@ -173,16 +191,22 @@ def _replay(nodes: list[Node], persistent_bytes: int) -> Replay:
                 buffer = buffer_of[aliased]
             elif forwarded is not None:
                 buffer = forwarded
+                if explain:  # an in-place kernel: the buffer now holds this output
+                    writers.setdefault(buffer, []).append((step, key))
             else:
                 buffer = len(buffer_bytes)
                 buffer_bytes.append(n_bytes if node.on_device else 0)
                 buffer_readers.append(0)
                 live += buffer_bytes[buffer]
                 new_buffers.append(buffer)
+                if explain:
+                    allocated_at.append(step)
+                    freed_at.append(len(order))
+                    writers[buffer] = [(step, key)]
             buffer_of[key] = buffer
             buffer_readers[buffer] += readers_of.get(key, 0)
         if live > peak:
-            peak, peak_after = live, node.name
+            peak, peak_after, peak_step = live, node.name, step
         for source in node.inputs:
             buffer = buffer_of.get(source)
             if buffer is None:
@@ -190,11 +214,21 @@ def _replay(nodes: list[Node], persistent_bytes: int) -> Replay:
             buffer_readers[buffer] -= 1
             if buffer_readers[buffer] == 0:
                 live -= buffer_bytes[buffer]
+                if explain:
+                    freed_at[buffer] = step
         for buffer in new_buffers:  # outputs nobody reads are freed at once
             if buffer_readers[buffer] == 0:
                 live -= buffer_bytes[buffer]
                 buffer_readers[buffer] = -1
-    return Replay(peak_bytes=peak, peak_after=peak_after, order=[node.name for node in order])
+                if explain:
+                    freed_at[buffer] = step
+    result = Replay(peak_bytes=peak, peak_after=peak_after, order=[node.name for node in order])
+    if explain:  # a buffer freed at the peak's step was live when the peak was counted
+        result.live_at_peak = [
+            (max((w for w in writers[buffer] if w[0] <= peak_step), key=lambda w: w[0])[1], buffer_bytes[buffer])
+            for buffer in range(len(buffer_bytes))
+            if buffer_bytes[buffer] and allocated_at[buffer] <= peak_step <= freed_at[buffer]]
+    return result
 
 
 def _aliased_input(node: Node, index: int) -> tuple[str, int] | None:

@@ -47,6 +47,10 @@ class LmsStats:
     lb_counts: Literal["backward ops", "layers"] = "backward ops"
     persistent_bytes: int | None = None  # weights and optimizer state (TensorFlow's prediction)
     plan: list[dict] = field(default_factory=list)  # a row per swapped tensor: layer, shape, bytes, ...
+    # the predicted peak explained (TensorFlow; lms/peak.py): {"phase", "op", "bytes", "by_kind", "top"}
+    peak: dict | None = None
+    peak_without_lms: dict | None = None
+    budget_bytes: int | None = None  # the budget asked for, if any
     plan_rule: str | None = None  # "lowest predicted peak", "budget", "first N", "all eligible"
     plans_tried: int | None = None  # predictions the plan search made (TensorFlow)
     planning_s: float | None = None  # the plan search's time (TensorFlow)

@@ -169,14 +169,23 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[lis
 
 
 def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list[SwapRecord]:
-    """Adds the swap ops for ``chosen`` to ``graph`` (the train step's FuncGraph)."""
+    """Adds the swap ops for ``chosen`` to ``graph`` (the train step's FuncGraph).
+
+    Each swap is two ops on the host: ``EnsureShape`` (the swap-out, which
+    receives the tensor) and ``Snapshot`` (the swap-in, gated on the trigger),
+    both of which pass their input's buffer on. Not ``Identity``: Grappler's
+    dependency optimizer bypasses identities, swap-ins included, and turning
+    it off instead changes which kernels the rest of the graph runs (with it
+    off, EfficientNetB0's first loss differs in the 7th digit; with these
+    ops and Grappler as it is, it trains bit-identically).
+    """
     records = []
     for item in chosen:
         tensor = item.tensor
         base = re.sub(r"[^A-Za-z0-9_./-]", "_", tensor.name.replace(":", "_"))
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
-            swap_out = tf.identity(tensor, name=f"lms_swap_out/{base}")
-            swap_in = tf.identity(swap_out, name=f"lms_swap_in/{base}")
+            swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"lms_swap_out/{base}")
+            swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"lms_swap_in/{base}")
         compat.add_control_input(swap_in.op, item.trigger)
         for consumer in item.consumers:
             _reroute(consumer, tensor, swap_in)
@@ -218,6 +227,3 @@ def layer_resolver(model):
     return layer_of
 
 
-# Grappler's dependency optimizer deletes identity ops that it considers redundant, swap ops
-# included: it is off for the LMS train function (compat.grappler_options, one step at a time).
-GRAPPLER_SETTINGS = {"dependency_optimization": False}

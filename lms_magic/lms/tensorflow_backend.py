@@ -3,9 +3,10 @@
 Each trace of the train step is rewritten as it is traced: candidates found,
 the swaps planned (plan.plan_swaps), swap ops inserted (lms/tensorflow.py).
 After the first step, the partition graphs TensorFlow executed are replayed
-for the predicted peaks. Per step, Grappler's dependency optimizer is off
-(it would delete the swap identities), and the first step's graphs are
-collected; both are put back when the step ends.
+for the predicted peaks. The first step's executed graphs are collected,
+and collection is put back when that step ends. Grappler runs as it would
+without LMS (the swap ops are of types it leaves in place), so the kernels
+that run, and the math, are those of a plain fit.
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ class TensorFlowBackend:
         self._budget_checked = False
         self._run_metadata: list = []
         self._planned: dict = {}
+        self._persistent_tensors = None
 
     @contextlib.contextmanager
     def step_scope(self):
-        """Grappler's dependency optimizer off, and the first step's executed graphs collected."""
+        """The first step's executed graphs collected."""
         with contextlib.ExitStack() as stack:
-            stack.enter_context(compat.grappler_options(_rewrite_ops.GRAPPLER_SETTINGS))
             if not self._run_metadata:  # the first step: TensorFlow instantiates the function
                 stack.enter_context(compat.collected_function_graphs(self._run_metadata))
             yield
@@ -107,7 +108,7 @@ class TensorFlowBackend:
         by_tensor = {item.candidate.tensor: item for item in candidates}
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
-        persistent = _predict.variables_bytes(self.model)
+        persistent = sum(tensor.nbytes for tensor in self._persistent())
         started = time.perf_counter()
         selection = self.selection
         if batch is None and selection.n_tensors is PLANNED:  # nothing to size a plan with: TFLMS's rule, all
@@ -122,11 +123,18 @@ class TensorFlowBackend:
             notes.append(self._nothing_helps(step, search.peak_bytes))
         return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in search.chosen]
 
+    def _persistent(self):
+        if self._persistent_tensors is None:
+            self._persistent_tensors = _predict.persistent_tensors(self.model)
+        return self._persistent_tensors
+
+    def _optimizer_scope(self) -> str | None:
+        return getattr(getattr(self.model, "optimizer", None), "name", None)
+
     def _nothing_helps(self, step, peak_bytes: int | None) -> str:
         """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why."""
         op = step.replay([]).peak_after or "?"
-        optimizer = getattr(self.model, "optimizer", None)
-        phase = _predict.phase_of(op, getattr(optimizer, "name", None))
+        phase = _predict.phase_of(op, self._optimizer_scope())
         why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
                "backward": "the tensors live there are read by the backward pass at that point or just after",
                "optimizer": "the optimizer update holds the gradients and its state while the activations are gone"}
@@ -146,8 +154,8 @@ class TensorFlowBackend:
             _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
         batch = step.batch_size
-        traced_peaks = (persistent + step.predicted_transient_peak(chosen_items),
-                        persistent + step.predicted_transient_peak([]))
+        replays = step.replay(chosen_items, explain=True), step.replay([], explain=True)
+        traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
         records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self.stats.update({
@@ -160,6 +168,9 @@ class TensorFlowBackend:
                      for r in records],
         })
         self.stats.update(self._planned)
+        self.stats.update({name: step.explain(swaps, self._persistent(), self._layer_of, self._optimizer_scope(), result)
+                           for name, swaps, result in (("peak", chosen_items, replays[0]),
+                                                       ("peak_without_lms", [], replays[1]))})
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
 
@@ -171,14 +182,15 @@ class TensorFlowBackend:
             return
         self.stats.partition_graphs = partitions
         try:
-            with_lms, without_lms, unknown = _predict.executed_transient_peaks(partitions, self.device, self.step)
+            with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
+                                                                     self._persistent(), self._layer_of,
+                                                                     self._optimizer_scope())
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
                                        f"replayed ({error})")
             return
-        persistent = self.stats.persistent_bytes
-        self.stats.update({"device_peak_bytes": persistent + with_lms,
-                           "device_peak_bytes_without_lms": persistent + without_lms,
+        self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
+                           "peak": with_lms, "peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
 
     def summary_line(self) -> str:

@@ -33,7 +33,6 @@ class LMSKerasCallback(LMS):
                 raise ValueError(f"LMSKerasCallback: {tflms_name}={value!r} and {name}={options[name]!r} say "
                                  f"different things; give one of them ({tflms_name} is TFLMS's name for {name})")
             options.setdefault(name, value)
-        options.setdefault("host_device", "/CPU:0")
         super().__init__(n_tensors=n_tensors, lb=lb, **options)
         given = {"starting_scope": starting_scope, "starting_op_names": starting_op_names, "ub": ub}
         self.ignored = sorted(name for name, value in given.items() if value is not None)

@@ -23,9 +23,9 @@ def swapped_graph():
     ]
     host = [
         node("act/_recv", "_Recv", device=HOST, tensor_name="e1"),
-        node("lms_swap_out/act", "Identity", ["act/_recv"], device=HOST),
+        node("lms_swap_out/act", "EnsureShape", ["act/_recv"], device=HOST),
         node("gate/_recv", "_Recv", device=HOST, tensor_name="e3"),
-        node("lms_swap_in/act", "Identity", ["lms_swap_out/act", "^gate/_recv"], device=HOST),
+        node("lms_swap_in/act", "Snapshot", ["lms_swap_out/act", "^gate/_recv"], device=HOST),
         node("lms_swap_in/_send", "_Send", ["lms_swap_in/act"], device=HOST, tensor_name="e2"),
     ]
     return [SimpleNamespace(node=device), SimpleNamespace(node=host)]

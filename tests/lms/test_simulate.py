@@ -64,3 +64,31 @@ def test_swapping_a_long_lived_tensor_lowers_the_peak():
     plain = replay(graph).peak_bytes
     swapped = replay(with_swaps(graph, [Swap(("n0", 0), ("g0",), "g1", 100), Swap(("n1", 0), ("g1",), "g2", 100)]))
     assert swapped.peak_bytes < plain
+
+
+def random_graph(seed, size=60):
+    import random
+
+    rng = random.Random(seed)
+    nodes = []
+    for index in range(size):
+        sources = rng.sample(range(index), k=min(index, rng.randint(0, 3)))
+        nodes.append(Node(f"n{index}", (rng.choice([0, 8, 64, 512]),), tuple((f"n{s}", 0) for s in sources),
+                          on_device=rng.random() > 0.1, priority=index,
+                          forwards_input=rng.random() < 0.3))
+    return nodes
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_buffers_live_at_the_peak_add_up_to_it(seed):
+    nodes = random_graph(seed)
+    explained = replay(nodes, persistent_bytes=1000, explain=True)
+    assert explained.peak_bytes == replay(nodes, persistent_bytes=1000).peak_bytes
+    assert 1000 + sum(nbytes for _, nbytes in explained.live_at_peak) == explained.peak_bytes
+    assert all(nbytes > 0 for _, nbytes in explained.live_at_peak)
+
+
+def test_a_buffer_written_in_place_belongs_to_its_last_writer():
+    nodes = [Node("x", (100,)), Node("relu", (100,), (("x", 0),), forwards_input=True),
+             Node("big", (500,), (("relu", 0),))]
+    assert replay(nodes, explain=True).live_at_peak == [(("relu", 0), 100), (("big", 0), 500)]

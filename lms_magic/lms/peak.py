@@ -1,0 +1,131 @@
+"""The peak explained: what fills device memory at the moment of the peak (pure Python).
+
+A replay with ``explain=True`` lists the buffers live at its peak; here each is
+given a kind, and the weights and optimizer state (held through the step) are
+added, so that the kinds add up to the peak.
+
+Example:
+    >>> from lms_magic.lms.simulate import Node, replay
+    >>> nodes = [Node("dense/MatMul", (400,)), Node("loss", (4,), (("dense/MatMul", 0),)),  # loss: forward
+    ...          Node("gradient_tape/dense/MatMul", (400,), (("loss", 0), ("dense/MatMul", 0)))]
+    >>> def describe(tensor):
+    ...     return LiveTensor(tensor[0], "dense", (10, 10), 0, kind_of_op(tensor[0], "sgd"))
+    >>> peak = explain_peak(replay(nodes, explain=True), describe, [LiveTensor("dense/kernel", "dense",
+    ...                     (10, 10), 400, "weights")], phase="backward")
+    >>> peak["by_kind"]["weights"], peak["by_kind"]["activations_kept"], peak["by_kind"]["gradients"]
+    (400, 404, 400)
+    >>> peak["bytes"] == sum(peak["by_kind"].values())
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+KINDS = ("weights", "optimizer_state", "gradients", "activations_kept", "activations_swapped_in", "other")
+TOP = 10
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    """One tensor live at the peak: the op (or variable) that holds it, its layer, shape (None where the
+    graph does not say), bytes and kind."""
+
+    name: str
+    layer: str
+    shape: tuple | None
+    nbytes: int
+    kind: str
+
+    def row(self) -> dict:
+        return {"name": self.name, "layer": self.layer, "shape": None if self.shape is None else list(self.shape),
+                "bytes": self.nbytes,
+                "kind": self.kind}
+
+
+def kind_of_op(op_name: str, optimizer_scope: str | None, swapped_in: bool = False, is_input: bool = False) -> str:
+    """The kind of a buffer made by op ``op_name`` in a Keras train step, from the phase its name scope gives.
+
+    Example:
+        >>> [kind_of_op(n, "adam") for n in ("model/conv/Conv2D", "gradient_tape/model/conv/Conv2DBackpropInput",
+        ...                                   "adam/Sqrt_3")]
+        ['activations_kept', 'gradients', 'other']
+    """
+    if swapped_in:
+        return "activations_swapped_in"
+    if is_input:
+        return "other"
+    phase = phase_of(op_name, optimizer_scope)
+    return {"forward": "activations_kept", "backward": "gradients"}.get(phase, "other")
+
+
+def phase_of(op_name: str, optimizer_scope: str | None) -> str:
+    """Which part of a Keras train step an op belongs to, from its name scope.
+
+    Example:
+        >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
+        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7", "StatefulPartitionedCall/adam/mul_4")]
+        ['forward', 'backward', 'optimizer', 'optimizer']
+    """
+    scopes = op_name_in_step(op_name).split("/")
+    if scopes[0] in ("gradient_tape", "gradients") or scopes[0].startswith("gradients_"):
+        return "backward"
+    if optimizer_scope and scopes[0] == optimizer_scope:
+        return "optimizer"
+    return "forward"
+
+
+def op_name_in_step(name: str) -> str:
+    """An executed op's name without the function-call scopes TensorFlow puts before it.
+
+    Example:
+        >>> op_name_in_step("StatefulPartitionedCall/adam/mul_4")
+        'adam/mul_4'
+    """
+    scopes = name.split("/")
+    while len(scopes) > 1 and scopes[0].endswith("PartitionedCall"):
+        scopes = scopes[1:]
+    return "/".join(scopes)
+
+
+def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], persistent: list[LiveTensor],
+                 phase: str, top: int = TOP) -> dict:
+    """``stats["peak"]``: the phase and op of a replay's peak, its bytes by kind, and its largest live tensors.
+
+    Args:
+        result: a ``Replay`` made with ``explain=True``.
+        describe: the ``LiveTensor`` of a (producer, output index); its ``nbytes`` is replaced by the replay's.
+        persistent: the tensors held through the step (weights, optimizer state).
+        phase: "forward", "backward" or "optimizer": where the peak op runs.
+        top: how many of the largest tensors to list. Defaults to 10.
+
+    Returns:
+        ``{"phase", "op", "bytes", "by_kind": {kind: bytes}, "top": [{"name", "layer", "shape", "bytes",
+        "kind"}, ...]}``, the kinds in ``KINDS`` order and adding up to ``bytes``.
+    """
+    if result.live_at_peak is None:
+        raise ValueError("explain_peak needs a replay made with explain=True")
+    tensors = list(persistent)
+    for tensor, nbytes in result.live_at_peak:
+        described = describe(tensor)
+        tensors.append(LiveTensor(described.name, described.layer, described.shape, nbytes, described.kind))
+    by_kind = {kind: 0 for kind in KINDS}
+    for tensor in tensors:
+        by_kind[tensor.kind if tensor.kind in by_kind else "other"] += tensor.nbytes
+    largest = sorted(tensors, key=lambda t: t.nbytes, reverse=True)[:top]
+    return {"phase": phase, "op": op_name_in_step(result.peak_after or ""), "bytes": sum(by_kind.values()), "by_kind": by_kind,
+            "top": [tensor.row() for tensor in largest]}
+
+
+def format_peak(peak: dict, mib: int = 2**20) -> str:
+    """One line: the peak's phase and op, then its make-up in MiB, largest kinds first.
+
+    Example:
+        >>> format_peak({"phase": "backward", "op": "gradient_tape/conv/Conv2DBackpropFilter",
+        ...              "bytes": 3 * 2**20, "by_kind": {"weights": 2**20, "gradients": 2 * 2**20}})
+        'peak 3.0 MiB in the backward pass (after gradient_tape/conv/Conv2DBackpropFilter): gradients 2.0, weights 1.0'
+    """
+    parts = ", ".join(f"{kind} {value / mib:.1f}" for kind, value in
+                      sorted(peak["by_kind"].items(), key=lambda item: -item[1]) if value)
+    return f"peak {peak['bytes'] / mib:.1f} MiB in the {peak['phase']} pass (after {peak['op']}): {parts}"

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from .results import MIB, MemoryReport
+from .units import format_size
 
 
 @dataclass
@@ -86,6 +87,29 @@ ROWS = [  # (label, function of a variant, format)
 ]
 
 
+def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, int | None, int | None]:
+    """(what they are, device peak with LMS, without): measured by the allocator where both variants ran on a
+    GPU, else LMS's own figures (predicted by the replay on TensorFlow, measured on PyTorch)."""
+    measured = [_gpu_allocator_peak(v) for v in (lms, plain) if v is not None and v.status == "ok"]
+    if plain is not None and len(measured) == 2 and None not in measured:
+        return "device peak", measured[0], measured[1]
+    stats = lms.lms_stats
+    without = stats.get("device_peak_bytes_without_lms")
+    if without is None and plain is not None and plain.status == "ok":
+        without = _gpu_allocator_peak(plain)
+    label = "predicted device peak" if stats.get("peak_source") == "predicted" else "device peak"
+    return label, stats.get("device_peak_bytes"), without
+
+
+def _gpu_allocator_peak(variant: VariantResult) -> int | None:
+    peaks = [p.peak_bytes for g in variant.memory.gpus for p in g.allocators if p.peak_bytes is not None]
+    return max(peaks) if peaks else None
+
+
+def _change(new: float, old: float) -> str:
+    return f"{(new - old) / old * 100:+.0f}%" if old else "n/a"
+
+
 def _cell(value, fmt) -> str:
     if value is None:
         return "-"
@@ -103,6 +127,46 @@ class LmsFitResult:
     def variants(self) -> list[VariantResult]:
         """The variants of the last ``fit`` call (the usual cell has one)."""
         return self.calls[-1] if self.calls else []
+
+    def headline(self) -> str:
+        """The one line a user came for: the device memory LMS saved, what it cost in speed, whether the
+        result is the same (for the last fit call).
+
+        Example:
+            >>> LmsFitResult().headline()
+            '%%lms_fit: the cell called no fit'
+        """
+        variants = {v.name: v for v in self.variants}
+        lms, plain = variants.get("lms"), variants.get("no_lms")
+        if lms is None:
+            return "%%lms_fit: the cell called no fit" if not self.calls else "%%lms_fit: LMS did not run"
+        if lms.status != "ok":
+            return f"LMS: {'out of memory' if lms.status == 'oom' else 'failed'} ({lms.message or lms.status})"
+        stats = lms.lms_stats
+        if not stats.get("active"):
+            return f"LMS: inactive ({stats.get('reason') or 'no reason given'}): nothing was swapped"
+        label, with_lms, without = device_peaks(lms, plain)
+        parts = []
+        if with_lms is not None and without is not None:
+            source = "" if plain is not None and label == "device peak" else (
+                ", without LMS by replay" if label.startswith("predicted") else "")
+            parts.append(f"{label} {_change(with_lms, without)} ({format_size(without)} -> "
+                         f"{format_size(with_lms)}{source})")
+        elif with_lms is not None:
+            parts.append(f"{label} {format_size(with_lms)}")
+        count = stats.get("swapped_tensors", 0)
+        parts.append(f"{count} tensor{'' if count == 1 else 's'} swapped "
+                     f"({format_size(stats.get('swapped_bytes_per_step', 0))} per step)")
+        if plain is not None and plain.status == "oom":
+            parts.insert(0, "without LMS: out of memory; with LMS it trained")
+        elif plain is not None and plain.status == "ok":
+            if plain.time_per_step_s and lms.time_per_step_s:
+                parts.append(f"step time {_change(lms.time_per_step_s, plain.time_per_step_s)}")
+            losses = plain.final("loss"), lms.final("loss")
+            if None not in losses:
+                parts.append("final loss identical" if losses[0] == losses[1] else
+                             f"final loss {losses[0]:.6g} -> {losses[1]:.6g}")
+        return "LMS: " + ", ".join(parts)
 
     def table(self) -> list[list[str]]:
         """Rows of [label, value per variant..., difference] for the last call."""
@@ -142,7 +206,7 @@ class LmsFitResult:
         return json.dumps(self.to_dict(), **{"indent": 1, **options})
 
     def save_html(self, path) -> None:
-        """Writes a standalone page: the table and the figures (plotly.js from its CDN)."""
+        """Writes a standalone page that opens offline: the headline, the figures (plotly.js inline) and the table."""
         from .ui.report_html import fit_result_page  # rendering is the UI's; this is the public entry point
 
         with open(path, "w", encoding="utf-8") as handle:

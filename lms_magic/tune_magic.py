@@ -63,7 +63,8 @@ class LmsTuneMagics(Magics):
     @argument("--max-trials", type=int, default=12, help="measured trials of the autotuner (default 12)")
     @argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="leave smaller tensors alone (default 65536)")
     @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
-    @argument("--host-device", default="/CPU:0", help="where swapped tensors wait (default /CPU:0)")
+    @argument("--host-device", default=None,
+              help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
     @argument("--autotune", action="store_true", help="search now and return the result (no widget)")
     @line_magic
     def lms_tune(self, line):
@@ -116,6 +117,10 @@ class LmsTuneMagics(Magics):
             print(f"%lms_tune: the sliders need a notebook. LMS's default plan swaps {planned.n_tensors} of "
                   f"{planned.candidates} candidates: predicted peak {format_mib(planned.peak_bytes)} (without LMS "
                   f"{format_mib(planned.peak_bytes_without_lms)}). Add --autotune to search here.")
+            from .lms.peak import format_peak
+
+            for label, count in (("without LMS", 0), ("with the plan", planned.n_tensors)):
+                print(f"  {label}: " + format_peak(session.predictor.explain(count, 1, session.batch_size)))
             return None
         from IPython.display import display
 

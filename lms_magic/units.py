@@ -47,3 +47,15 @@ def format_mib(n_bytes: int | float) -> str:
         '3.5 MiB'
     """
     return f"{n_bytes / MIB:.1f} MiB"
+
+
+def format_size(n_bytes: int | float) -> str:
+    """A size for people: GiB with two decimals from 1 GiB, MiB with one from 1 MiB, else KiB with one.
+
+    Example:
+        >>> format_size(1.43 * 2**30), format_size(540 * 2**20), format_size(1536)
+        ('1.43 GiB', '540.0 MiB', '1.5 KiB')
+    """
+    if n_bytes >= GIB:
+        return f"{n_bytes / GIB:.2f} GiB"
+    return format_mib(n_bytes) if n_bytes >= MIB else f"{n_bytes / 2**10:.1f} KiB"

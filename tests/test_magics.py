@@ -114,7 +114,25 @@ def test_plot_displays_a_plotly_figure(shell, capsys):
     (bundle,) = shown
     figure = bundle["application/vnd.plotly.v1+json"]
     assert [trace["name"] for trace in figure["data"]][:2] == ["host RSS", "host RSS peak"]
-    assert "cdn.plot.ly" in bundle["text/html"]  # renders in Colab and exported HTML too
+    assert "Plotly.newPlot" in bundle["text/html"]  # renders in Colab and exported HTML too
+
+
+def test_figure_html_carries_plotly_js_once_a_kernel_and_from_the_cdn_in_colab(monkeypatch):
+    import sys
+    import types
+
+    import plotly.graph_objects as go
+
+    from lms_magic.ui import plots
+
+    figure = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    monkeypatch.setattr(plots, "_plotlyjs_sent", False)
+    first, second = plots.figure_html(figure), plots.figure_html(figure)
+    assert len(first) > 1_000_000 > len(second)  # plotly.js inline in the first: offline, one page
+    assert 'src="https://cdn.plot.ly' not in first + second
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    colab = plots.figure_html(figure)
+    assert 'src="https://cdn.plot.ly' in colab and len(colab) < 1_000_000  # Colab: each output its own frame
 
 
 def test_help_documents_the_options(shell):

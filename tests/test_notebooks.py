@@ -36,10 +36,15 @@ def test_lms_demo_compares_fairly_headless(tmp_path, capsys):
     assert "lms - no_lms" in printed and "test accuracy" in printed
     loss_row = next(line for line in printed.splitlines() if "final loss" in line).split()
     assert loss_row[2] == loss_row[3]  # the same loss with and without LMS
-    widgets = [o for c in notebook.cells for o in c.get("outputs", [])
-               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-    assert widgets, "the dashboard was not displayed"
-    assert (tmp_path / "lms_demo.html").stat().st_size > 10_000
+    outputs = [o.get("data", {}) for c in notebook.cells for o in c.get("outputs", [])]
+    headline = next(d["text/plain"] for d in outputs if "lms-magic-headline" in d.get("text/html", ""))
+    assert headline.startswith("LMS: ") and "final loss identical" in headline
+    figures = [d for d in outputs if "application/vnd.plotly.v1+json" in d]
+    assert len(figures) >= 4 and all("plotly-graph-div" in d["text/html"] for d in figures)
+    page = (tmp_path / "lms_demo.html").read_text()
+    # visible offline: plotly.js inline once, no widget needed, under 8 MB
+    assert 'src="https://cdn.plot.ly' not in page and page.count('class="plotly-graph-div"') >= 4
+    assert "lms-magic-headline" in page and (tmp_path / "lms_demo.html").stat().st_size < 8 * 2**20
 
 
 @pytest.mark.slow

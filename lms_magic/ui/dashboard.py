@@ -1,63 +1,61 @@
-"""The %%lms_fit dashboard: core ipywidgets around plain plotly Figures.
+"""The %%lms_fit dashboard: a headline, figures and the table, as plain outputs.
 
-Core widgets (Tab, HTML, Output) render in JupyterLab, Notebook 7, VS Code,
-Colab and Kaggle; the figures are plain ``plotly`` Figures shown inside Output
-widgets (``FigureWidget`` is fragile on Colab and VS Code). Where no widget
-front end exists (terminal IPython), :func:`show` prints the table instead.
+No widget: every part is an ordinary display output (HTML, and plotly's
+mimetype with an HTML fallback for the figures), so the dashboard renders in
+JupyterLab, Notebook 7, VS Code, Colab and Kaggle with whichever ipywidgets
+they have, and stays visible in exported HTML and on nbviewer, where no widget
+manager runs. In a terminal, :func:`show` prints the headline and the table.
 """
 
 from __future__ import annotations
 
-from .plots import figure_bundle, fit_figures
+import html
 
-TABS = ("Summary", "Memory", "Training")
+from .plots import figure_bundle, fit_figures
+from .report_html import fit_result_html
 
 
 class Dashboard:
-    """Widgets for one %%lms_fit result; ``figures`` and ``summary`` are kept for inspection.
+    """The outputs of one %%lms_fit result: ``headline`` (text), ``figures`` (plotly Figures) and
+    ``summary`` (the table's HTML), shown one below the other.
 
-    Raises:
-        ImportError: ipywidgets is missing (the message gives the install command).
+    Example:
+        >>> from lms_magic.fit_results import LmsFitResult
+        >>> Dashboard(LmsFitResult()).headline
+        '%%lms_fit: the cell called no fit'
     """
 
     def __init__(self, result):
-        try:
-            import ipywidgets as widgets
-        except ImportError:
-            raise ImportError("the %%lms_fit dashboard needs ipywidgets: pip install ipywidgets") from None
         self.result = result
-        self.figures = fit_figures(result)
-        self.summary = widgets.HTML(value=result._repr_html_())
-        outputs = []
-        for figure in self.figures:
-            # Set, not captured with `with output:`: capture ties the widget to the running
-            # cell's messages, which headless runners (nbclient) wait on.
-            output = widgets.Output()
-            output.outputs = ({"output_type": "display_data", "data": figure_bundle(figure), "metadata": {}},)
-            outputs.append(output)
-        self.widget = widgets.Tab(children=[self.summary, *outputs])
-        for index, title in enumerate(TABS):
-            self.widget.set_title(index, title)
+        self.headline = result.headline()
+        self.figures = fit_figures(result) if result.calls else []
+        self.summary = fit_result_html(result)
+
+    def bundles(self) -> list[dict]:
+        """The display bundles, in order: headline, figures, table."""
+        headline = {"text/html": f"<h3 class='lms-magic-headline'>{html.escape(self.headline)}</h3>",
+                    "text/plain": self.headline}
+        table = {"text/html": self.summary, "text/plain": str(self.result)}
+        return [headline, *[figure_bundle(figure) for figure in self.figures], table]
 
     def _ipython_display_(self):
         from IPython.display import display
 
-        display(self.widget)
+        for bundle in self.bundles():
+            display(bundle, raw=True)
 
 
 def in_widget_frontend(shell) -> bool:
-    """True in a Jupyter kernel (widgets can render), False in terminal IPython."""
+    """True in a Jupyter kernel (rich outputs render), False in terminal IPython."""
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def show(result, shell) -> None:
-    """The dashboard in a notebook; the text table in a terminal or without ipywidgets."""
-    from IPython.display import display
-
+    """The dashboard in a notebook; the headline and the text table in a terminal."""
     if in_widget_frontend(shell):
-        try:
-            display(Dashboard(result))
-            return
-        except ImportError as error:
-            print(error)
+        from IPython.display import display
+
+        display(Dashboard(result))
+        return
+    print(result.headline())
     print(result)

@@ -54,14 +54,30 @@ def memory_timeline_figure(report):
     return figure
 
 
+_plotlyjs_sent = False  # whether this kernel has put plotly.js into an HTML output yet
+
+
+def figure_html(figure) -> str:
+    """A figure as HTML that draws without a network where it can: plotly.js inline in the first
+    figure this kernel shows and reused by the later ones (one page: exported notebooks, nbviewer);
+    in Colab, whose outputs are separate frames, from plotly's CDN in each."""
+    global _plotlyjs_sent
+    import sys
+
+    if "google.colab" in sys.modules:
+        return figure.to_html(full_html=False, include_plotlyjs="cdn")
+    include, _plotlyjs_sent = not _plotlyjs_sent, True
+    return figure.to_html(full_html=False, include_plotlyjs=include)
+
+
 def figure_bundle(figure) -> dict:
     """A figure as a display bundle for every front end: plotly's own mimetype for
-    JupyterLab and VS Code, and an HTML version (plotly.js from its CDN) for Colab,
-    Kaggle and notebooks exported to HTML."""
+    JupyterLab and VS Code, HTML (:func:`figure_html`) for Colab, Kaggle and notebooks
+    exported to HTML, and a line of text for terminals."""
     return {
         "application/vnd.plotly.v1+json": figure.to_plotly_json(),
-        "text/html": figure.to_html(full_html=False, include_plotlyjs="cdn"),
-        "text/plain": f"<plotly Figure: {', '.join(trace.name or '' for trace in figure.data)}>",
+        "text/html": figure_html(figure),
+        "text/plain": f"<plotly Figure: {figure.layout.title.text or ', '.join(t.name or '' for t in figure.data)}>",
     }
 
 
@@ -72,9 +88,82 @@ def display_figure(figure) -> None:
     display(figure_bundle(figure), raw=True)
 
 
+MAX_POINTS = 2000  # per line: 10,000 steps of history draw in well under a second
+
+
+def downsample(xs, ys, limit: int = MAX_POINTS, keep_peaks: bool = False):
+    """At most ``limit`` points of a line: every k-th, or (``keep_peaks``) the largest of each run of k.
+
+    Example:
+        >>> downsample(list(range(10)), [0, 5, 1, 1, 9, 1, 1, 1, 2, 1], limit=5, keep_peaks=True)
+        ([1, 2, 4, 6, 8], [5, 1, 9, 1, 2])
+    """
+    xs, ys = list(xs), list(ys)
+    if len(xs) <= limit:
+        return xs, ys
+    step = -(-len(xs) // limit)
+    picked = [max(range(i, min(i + step, len(xs))), key=ys.__getitem__) if keep_peaks else i
+              for i in range(0, len(xs), step)]
+    return [xs[i] for i in picked], [ys[i] for i in picked]
+
+
 def fit_figures(result) -> list:
-    """The %%lms_fit figures of the last fit call: memory over time and training loss, variants overlaid."""
-    return [memory_overlay_figure(result.variants), training_figure(result.variants)]
+    """The %%lms_fit figures of the last fit call: peak memory per variant, the peak's make-up with and
+    without LMS (TensorFlow's prediction), training loss and memory over time, variants overlaid."""
+    figures = [memory_bars_figure(result.variants)]
+    makeup = peak_makeup_figure(result.variants)
+    if makeup is not None:
+        figures.append(makeup)
+    return figures + [training_figure(result.variants), memory_overlay_figure(result.variants)]
+
+
+def memory_bars_figure(variants):
+    """Peak memory per variant: the device (NVML), its allocator, LMS's predicted device peak, the host.
+
+    A variant that ran out of memory has no bars; its name says so."""
+    from ..fit_results import device_peaks
+
+    go = _plotly()
+    rows = [("GPU used (NVML)", lambda v: max((g.peak_bytes for g in v.memory.gpus), default=None)),
+            ("device allocator", lambda v: max((p.peak_bytes for g in v.memory.gpus for p in g.allocators
+                                                if p.peak_bytes is not None), default=None)),
+            ("host RSS", lambda v: v.memory.host.peak_bytes if v.memory.host else None)]
+    lms = next((v for v in variants if v.name == "lms" and v.status == "ok"), None)
+    figure = go.Figure()
+    for variant in variants:
+        label = variant.name if variant.status == "ok" else f"{variant.name}: {variant.status.upper()}"
+        values = {name: get(variant) for name, get in rows} if variant.status == "ok" else {}
+        if lms is not None and lms.lms_stats.get("peak_source") == "predicted":
+            _, with_lms, without = device_peaks(lms, None)
+            values["predicted device peak"] = with_lms if variant.name == "lms" else without
+        names = [name for name, value in values.items() if value is not None]
+        figure.add_trace(go.Bar(name=label, x=names, y=[values[name] / MIB for name in names],
+                                text=[f"{values[name] / MIB:.1f}" for name in names], textposition="outside"))
+    budget = lms.lms_stats.get("budget_bytes") if lms is not None else None
+    if budget:
+        figure.add_hline(y=budget / MIB, line_dash="dash", annotation_text=f"budget {budget / MIB:.1f} MiB")
+    figure.update_layout(title="peak memory (MiB)", barmode="group", yaxis_title="MiB", height=340,
+                         margin=dict(l=50, r=20, t=40, b=40))
+    return figure
+
+
+def peak_makeup_figure(variants):
+    """The predicted device peak's make-up, without and with LMS: one stacked bar each (``stats["peak"]``)."""
+    from ..lms.peak import KINDS
+
+    lms = next((v for v in variants if v.name == "lms" and v.lms_stats.get("peak")), None)
+    if lms is None or not lms.lms_stats.get("peak_without_lms"):
+        return None
+    go = _plotly()
+    peaks = {"without LMS": lms.lms_stats["peak_without_lms"], "with LMS": lms.lms_stats["peak"]}
+    figure = go.Figure()
+    for kind in KINDS:
+        figure.add_trace(go.Bar(name=kind.replace("_", " "), x=list(peaks),
+                                y=[peak["by_kind"][kind] / MIB for peak in peaks.values()],
+                                hovertemplate="%{y:.1f} MiB"))
+    figure.update_layout(title="what fills the predicted device peak (MiB)", barmode="stack", yaxis_title="MiB",
+                         height=340, margin=dict(l=50, r=20, t=40, b=40))
+    return figure
 
 
 def memory_overlay_figure(variants):
@@ -88,7 +177,7 @@ def memory_overlay_figure(variants):
         for label, values in series:
             points = [(t, v / MIB) for t, v in zip(timeline.times_s, values) if v is not None]
             if points:
-                times, mibs = zip(*points)
+                times, mibs = downsample(*zip(*points), keep_peaks=True)
                 figure.add_trace(go.Scatter(x=times, y=mibs, mode="lines", name=f"{variant.name}: {label}"))
     figure.update_layout(title="memory during training", xaxis_title="time since the variant started (s)",
                          yaxis_title="MiB", height=360, margin=dict(l=50, r=20, t=40, b=40))
@@ -101,8 +190,9 @@ def training_figure(variants):
     figure = go.Figure()
     for variant in variants:
         if variant.step_losses:
-            figure.add_trace(go.Scatter(x=list(range(1, len(variant.step_losses) + 1)), y=variant.step_losses,
-                                        mode="lines", name=f"{variant.name}: loss"))
-    figure.update_layout(title="training loss (running mean over the epoch, as Keras logs it)",
+            steps, losses = downsample(range(1, len(variant.step_losses) + 1), variant.step_losses)
+            figure.add_trace(go.Scatter(x=steps, y=losses, mode="lines", name=f"{variant.name}: loss"))
+    figure.update_layout(title="training loss (running mean over the epoch, as Keras logs it; "
+                               f"at most {MAX_POINTS} points a line)",
                          xaxis_title="step", yaxis_title="loss", height=360, margin=dict(l=50, r=20, t=40, b=40))
     return figure

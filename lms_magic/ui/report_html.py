@@ -67,9 +67,10 @@ def fit_result_html(result) -> str:
 
 
 def fit_result_page(result) -> str:
-    """A standalone page: the table and the figures (plotly.js from its CDN)."""
+    """A standalone page that opens offline: the headline, the figures (plotly.js inline, once) and the table."""
     from .plots import fit_figures
 
-    figures = "".join(figure.to_html(full_html=False, include_plotlyjs="cdn") for figure in fit_figures(result))
+    figures = "".join(figure.to_html(full_html=False, include_plotlyjs=index == 0)
+                      for index, figure in enumerate(fit_figures(result) if result.calls else []))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>%%lms_fit</title></head><body>"
-            f"<h2>%%lms_fit</h2>{fit_result_html(result)}{figures}</body></html>")
+            f"<h2>{html.escape(result.headline())}</h2>{figures}{fit_result_html(result)}</body></html>")

@@ -63,6 +63,8 @@ class Tuner:
         self.buttons = {name: widgets.Button(description=name) for name in ("Measure", "Autotune", "Stop", "Apply")}
         self.buttons["Stop"].disabled = True
         self.prediction_html = widgets.HTML()
+        self.makeup_output = widgets.Output()
+        self.top_html = widgets.HTML()
         self.status = widgets.HTML()
         self.trials_html = widgets.HTML()
         self.figure_output = widgets.Output()
@@ -82,7 +84,8 @@ class Tuner:
         self.widget = widgets.VBox([
             self.header,
             widgets.HBox([widgets.VBox(list(self.controls.values())), self.prediction_html]),
-            widgets.HBox(list(self.buttons.values())), self.status, self.figure_output, self.trials_html,
+            widgets.HBox(list(self.buttons.values())), self.status,
+            widgets.HBox([self.figure_output, self.makeup_output]), self.top_html, self.trials_html,
         ])
         self.refresh()
 
@@ -125,8 +128,32 @@ class Tuner:
                 f"<tr><td>compute</td><td>{compute}</td></tr>"
                 f"<tr><td>step time &ge;</td><td>{e.lower_bound_s * 1e3:.1f} ms</td></tr></table>")
 
+    def _draw_makeup(self) -> None:
+        """The predicted peak's make-up, without LMS and with the sliders' setting, and its largest tensors."""
+        import plotly.graph_objects as go
+
+        from ..lms.peak import KINDS
+
+        setting, predictor = self.setting(), self.session.predictor
+        peaks = {"without LMS": predictor.explain(0, setting.lb, setting.batch_size),
+                 "with LMS": predictor.explain(setting.n_tensors, setting.lb, setting.batch_size)}
+        figure = go.Figure([go.Bar(name=kind.replace("_", " "), x=list(peaks),
+                                   y=[peak["by_kind"][kind] / MIB for peak in peaks.values()]) for kind in KINDS])
+        figure.update_layout(title="what fills the predicted peak (MiB)", barmode="stack", height=340, width=420,
+                             margin=dict(l=50, r=20, t=40, b=40))
+        self.makeup_figure, self.peaks = figure, peaks
+        self.makeup_output.outputs = ({"output_type": "display_data", "data": figure_bundle(figure),
+                                       "metadata": {}},)
+        peak = peaks["with LMS"]
+        rows = [[row["layer"], "?" if row["shape"] is None else "x".join(map(str, row["shape"])),
+                 f"{row['bytes'] / MIB:.1f}", row["kind"].replace("_", " ")] for row in peak["top"]]
+        self.top_html.value = (f"<b>at the peak</b> ({peak['phase']} pass, after {html.escape(peak['op'] or '?')}), "
+                               "the largest tensors:" + html_table(["layer", "shape", "MiB", "kind"], rows))
+
     def _draw(self) -> None:
         import plotly.graph_objects as go
+
+        self._draw_makeup()
 
         figure = go.Figure()
         e = self.estimate

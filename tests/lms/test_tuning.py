@@ -58,6 +58,11 @@ def test_sliders_move_the_prediction_the_right_way(session):
     tuner.controls["budget_mib"].value = round(tuner.estimate.peak_bytes / MIB + 1, 1)
     assert tuner.estimate.fits is True
     assert tuner.figure.data[0].y[0] == pytest.approx(tuner.estimate.peak_bytes / MIB)
+    # the peak's make-up follows the sliders: stacked bars without / with LMS that add up to the predictions
+    without, with_lms = ([trace.y[i] for trace in tuner.makeup_figure.data] for i in (0, 1))
+    assert sum(without) == pytest.approx(tuner.estimate.peak_bytes_without_lms / MIB)
+    assert sum(with_lms) == pytest.approx(tuner.estimate.peak_bytes / MIB)
+    assert "the largest tensors" in tuner.top_html.value and tuner.top_html.value.count("<tr>") == 11
 
 
 def test_measure_adds_a_point_and_leaves_the_model_as_it_was(session):
@@ -194,3 +199,28 @@ def test_lms_tune_help_lists_every_option():
     for option in ("--data", "--batch-size", "--budget", "--steps", "--max-trials", "--min-bytes", "--device",
                    "--host-device", "--autotune"):
         assert option in help_text
+
+
+def test_in_a_terminal_lms_tune_prints_the_plan_and_what_fills_the_peak(shell, data, capsys):
+    shell.user_ns.update(model=reference_cnn_small(), x=data[0], y=data[1])
+    assert shell.run_line_magic("lms_tune", f"model --data (x, y) --batch-size 16 --min-bytes 0 "
+                                            f"--device {ACCELERATOR} --host-device {HOST}") is None
+    out = capsys.readouterr().out
+    assert "the sliders need a notebook" in out
+    without, planned = [line for line in out.splitlines() if line.startswith("  with")]
+    assert without.startswith("  without LMS: peak ") and planned.startswith("  with the plan: peak ")
+    assert "activations_kept" in without and " pass (after " in planned
+
+
+@pytest.mark.parametrize("package, variable", [("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS"),
+                                               ("IPython", "LMS_MAGIC_EXPECT_IPYTHON")])
+def test_the_run_uses_the_versions_it_says(package, variable):
+    """`make test-colab` runs these tests with Colab's IPython 7.34 and ipywidgets 7.7.1; `make test` with 9 and 8."""
+    import importlib
+    import os
+
+    expected = os.environ.get(variable)
+    if expected is None:
+        pytest.skip("only `make test-colab` says which versions it runs with")
+    version = importlib.import_module(package).__version__
+    assert version.startswith(expected), version

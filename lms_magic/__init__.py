@@ -30,6 +30,7 @@ _PUBLIC = {
     "predict_step": "lms_magic.lms.probe",
     "autotune": "lms_magic.tuning",
     "TuningSession": "lms_magic.tuning",
+    "simulate_accelerator": "lms_magic.devices",
 }
 
 __all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension"]

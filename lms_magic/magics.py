@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 from IPython.core.error import UsageError
-from IPython.core.magic import (Magics, cell_magic, line_cell_magic, magics_class, needs_local_scope,
-                                output_can_be_silenced)
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .cell import CompiledCell
+from .compat import output_can_be_silenced
 from .lms.plan import DEFAULT_MIN_BYTES
 from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError, profiling
 from .options import split_options
@@ -162,7 +162,8 @@ class LmsFitMagics(Magics):
     @argument("--budget", default=None, help="device memory to stay under, e.g. 6GiB (overrides --n-tensors)")
     @argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="leave smaller tensors alone (default 65536)")
     @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
-    @argument("--host-device", default="/CPU:0", help="where swapped tensors wait (default /CPU:0)")
+    @argument("--host-device", default=None,
+              help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
     @argument("--compare", action="store_true",
               help="also train without LMS from the same weights, optimizer state, seed and batches")
     @argument("--steps", type=int, default=None, help="stop each variant after this many steps")

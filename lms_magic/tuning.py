@@ -63,7 +63,7 @@ class TuningSession:
     """
 
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
-                 min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str = "/CPU:0",
+                 min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
                  bandwidth=None):
         from .lms.predictor import StepPredictor
         from .trials import TrialRunner, take_samples
@@ -74,7 +74,10 @@ class TuningSession:
         if not getattr(model, "compiled", False):
             raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
         self.batch_size = batch_size
-        self.predictor = StepPredictor(model, take_samples(data, 2), Selection(min_bytes=min_bytes), host_device)
+        from .devices import default_host
+
+        self.predictor = StepPredictor(model, take_samples(data, 2), Selection(min_bytes=min_bytes),
+                                       host_device or default_host())
         self.budget_bytes = None
         self.set_budget(budget)
         self.lms_options = {"min_bytes": min_bytes, "host_device": host_device, "device": device}
@@ -154,7 +157,7 @@ class TuningSession:
 
     def lms_call(self, setting: Setting) -> str:
         """The ``LMS(...)`` call for ``setting``, with the options that differ from the defaults."""
-        defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": "/CPU:0", "device": None}
+        defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": None, "device": None}
         return setting.lms_call(**{k: v for k, v in self.lms_options.items() if v != defaults[k]})
 
 

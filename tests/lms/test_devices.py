@@ -1,0 +1,59 @@
+"""lms_magic.simulate_accelerator(): LMS at work on a machine without a GPU."""
+
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import lms_magic
+from lms_magic import LMS, devices
+
+from . import models
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
+
+
+def test_it_splits_the_cpu_before_tensorflow_starts_and_says_what_to_do_after():
+    done = python("import lms_magic, tensorflow as tf\n"
+                  "print(lms_magic.simulate_accelerator(), [d.name for d in tf.config.list_logical_devices('CPU')])")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "['/device:CPU:0',", "'/device:CPU:1']"]
+    late = python("import lms_magic, tensorflow as tf\ntf.constant(1.0) + 1\nlms_magic.simulate_accelerator()")
+    assert late.returncode != 0
+    assert "must run before TensorFlow initialises" in late.stderr and "restart the kernel" in late.stderr
+
+
+def test_after_it_the_default_lms_swaps_to_the_simulated_host(monkeypatch):
+    monkeypatch.setattr(devices, "_simulated", True)
+    assert lms_magic.simulate_accelerator() is True  # the tests' process is split already: a second call is fine
+    model = models.reference_cnn()
+    x, y = models.images(32, 64)
+    callback = LMS(verbose=0)  # no device, no host: a user's call
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    stats = callback.stats
+    assert stats.active and stats.swapped_tensors > 0
+    assert stats.device_peak_bytes < stats.device_peak_bytes_without_lms
+    assert {row["tensor"].split(":")[0] for row in stats.plan}  # swapped tensors are named
+    assert callback.summary().startswith("LMS: swapping") and "to /CPU:1" in callback.summary()
+
+
+def test_without_it_lms_on_a_cpu_does_nothing_and_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(devices, "_simulated", False)
+    model = models.reference_cnn()
+    x, y = models.images(8, 64)
+    callback = LMS()
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+    assert not callback.stats.active and callback.stats.reason == "no GPU"
+    assert np.isfinite(model.get_weights()[0]).all() and keras.backend.backend() == "tensorflow"
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_other_backends_are_told_it_splits_tensorflow(monkeypatch, backend):
+    monkeypatch.setenv("KERAS_BACKEND", backend)
+    with pytest.raises(ValueError, match="splits TensorFlow's CPU"):
+        lms_magic.simulate_accelerator()

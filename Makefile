@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test test-oldest demo bench clean
+.PHONY: install browser test test-oldest test-colab wheel demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,23 @@ $(OLDEST)/.installed: pyproject.toml
 
 test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -m pytest tests/lms tests/test_magics.py -p no:warnings
+
+# The notebook-facing tests again with the IPython and ipywidgets Colab ships (7.34, 7.7.1), over the main venv
+# (make test has IPython 9 and ipywidgets 8).
+COLAB := build/colab-stack
+$(COLAB)/.installed: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(COLAB) "ipython==7.34.0" backcall pickleshare \
+		decorator "ipywidgets==7.7.1" "widgetsnbextension==3.6.*" "jupyterlab_widgets==1.1.*" ipython_genutils
+	touch $(COLAB)/.installed
+
+test-colab: $(COLAB)/.installed
+	PYTHONPATH=$(COLAB) LMS_MAGIC_EXPECT_IPYWIDGETS=7.7.1 LMS_MAGIC_EXPECT_IPYTHON=7.34 $(BIN)/python -m pytest \
+		tests/test_magics.py tests/lms/test_tuning.py tests/lms/test_fit_magic.py tests/test_notebooks.py -p no:warnings
+
+# The wheel and sdist users install (dist/), checked as PyPI would.
+wheel: $(STAMP)
+	$(BIN)/python -m build --outdir dist
+	$(BIN)/python -m twine check --strict dist/*
 
 demo: $(STAMP)
 	$(BIN)/python notebooks/run_demo.py --out build --param N_ROWS=20_000 --param IMAGE_SIZE=128

@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lms_predict.py
 	$(BIN)/python benchmarks/lms_fit_overhead.py
 	$(BIN)/python benchmarks/lms_tune.py
+	$(BIN)/python benchmarks/dashboard_draw.py
 	$(BIN)/python benchmarks/lms_soak.py
 	$(BIN)/python benchmarks/lms_interrupts.py
 

@@ -28,8 +28,9 @@ class Tuner:
     """Widgets around a :class:`lms_magic.tuning.TuningSession`.
 
     ``controls`` holds the sliders by knob name and ``buttons`` the buttons;
-    ``estimate`` is the prediction for the current slider values, and
-    ``response_s`` how long the last slider move took to answer.
+    ``estimate`` is the prediction for the current slider values,
+    ``response_s`` how long the last slider move took to predict, and
+    ``redraw_s`` how long to predict and redraw everything (figures included).
     ``on_apply(n_tensors, lb)`` is called by Apply (``%lms_tune`` passes
     ``%%lms_fit``'s ``apply_defaults``).
     """
@@ -114,6 +115,7 @@ class Tuner:
         self.response_s = time.perf_counter() - started
         self.prediction_html.value = self._prediction_text()
         self._draw()
+        self.redraw_s = time.perf_counter() - started
 
     def _prediction_text(self) -> str:
         e, budget = self.estimate, self.session.budget_bytes

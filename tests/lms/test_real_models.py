@@ -92,10 +92,10 @@ def test_the_default_plan_is_never_worse_than_no_lms(build, optimizer):
     assert stats.peak_without_lms["by_kind"]["activations_swapped_in"] == 0
 
 
-# Where LMS is not bit-identical (README, "Values are only copied"): swapping MobileNetV3Small's first
-# BatchNormalization output (before its hard-swish) and the Transformer's GELU intermediate changes the
-# kernels TensorFlow's CPU rewrites choose around them. Relative differences after three Adam steps, measured
-# 5.6e-6 (weights) / 5.6e-7 (loss) and 1.2e-7 (weights) / 0 (loss); the README states 1e-5.
+# Where LMS is not bit-identical (README, "Values are only copied"): bisected to swapping MobileNetV3Small's
+# first BatchNormalization output (before its hard-swish) and the Transformer's GELU intermediate; why is not
+# found. Relative differences after three Adam steps, measured 5.6e-6 (weights) / 5.6e-7 (loss) and
+# 1.2e-7 (weights) / 0 (loss); the README states 1e-5.
 NOT_BIT_IDENTICAL = {"MobileNetV3Small": 1e-5, "transformer": 1e-5}
 
 

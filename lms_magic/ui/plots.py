@@ -121,8 +121,6 @@ def memory_bars_figure(variants):
     """Peak memory per variant: the device (NVML), its allocator, LMS's predicted device peak, the host.
 
     A variant that ran out of memory has no bars; its name says so."""
-    from ..fit_results import device_peaks
-
     go = _plotly()
     rows = [("GPU used (NVML)", lambda v: max((g.peak_bytes for g in v.memory.gpus), default=None)),
             ("device allocator", lambda v: max((p.peak_bytes for g in v.memory.gpus for p in g.allocators
@@ -133,9 +131,9 @@ def memory_bars_figure(variants):
     for variant in variants:
         label = variant.name if variant.status == "ok" else f"{variant.name}: {variant.status.upper()}"
         values = {name: get(variant) for name, get in rows} if variant.status == "ok" else {}
-        if lms is not None and lms.lms_stats.get("peak_source") == "predicted":
-            _, with_lms, without = device_peaks(lms, None)
-            values["predicted device peak"] = with_lms if variant.name == "lms" else without
+        if lms is not None and lms.lms_stats.get("peak_source") == "predicted":  # both from LMS's replay
+            values["predicted device peak"] = lms.lms_stats.get(
+                "device_peak_bytes" if variant.name == "lms" else "device_peak_bytes_without_lms")
         names = [name for name, value in values.items() if value is not None]
         figure.add_trace(go.Bar(name=label, x=names, y=[values[name] / MIB for name in names],
                                 text=[f"{values[name] / MIB:.1f}" for name in names], textposition="outside"))

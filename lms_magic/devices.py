@@ -56,11 +56,6 @@ def simulate_accelerator() -> bool:
     return True
 
 
-def simulated() -> bool:
-    """Whether :func:`simulate_accelerator` split the CPU in this process."""
-    return _simulated
-
-
 def default_device() -> str | None:
     """LMS's accelerator when none is given: None (the first GPU, found by the backend), or ``/CPU:0`` when
     the accelerator is simulated."""

@@ -120,8 +120,8 @@ class TracedStep:
         if op is None or index >= len(op.outputs):
             return LiveTensor(name, layer_of(name)[0], None, 0, kind_of_op(name, optimizer_scope, swapped))
         tensor = op.outputs[index]
-        dims = tuple(tensor.shape.as_list()) if tensor.shape.rank is not None else ()
-        shape = tuple(self.batch_size if dim is None else dim for dim in dims)
+        shape = None if tensor.shape.rank is None else tuple(self.batch_size if dim is None else dim
+                                                             for dim in tensor.shape.as_list())
         return LiveTensor(tensor.name, layer_of(op.name)[0], shape, 0,
                           kind_of_op(op.name, optimizer_scope, swapped, is_input=op.type in INPUT_OPS))
 

@@ -64,11 +64,12 @@ class VariantResult:
 
 
 def _allocator_peak_mib(variant: VariantResult) -> float | None:
-    report = variant.memory
-    peaks = [p.peak_bytes for g in report.gpus for p in g.allocators if p.peak_bytes is not None]
-    if not peaks and report.host is not None:
-        peaks = [p.peak_bytes for p in report.host.allocators if p.peak_bytes is not None]
-    return max(peaks) / MIB if peaks else None
+    """The GPU allocators' peak, or the host allocators' where no GPU allocator was read."""
+    peak = _gpu_allocator_peak(variant)
+    host = variant.memory.host
+    if peak is None and host is not None:
+        peak = max((p.peak_bytes for p in host.allocators if p.peak_bytes is not None), default=None)
+    return None if peak is None else peak / MIB
 
 
 ROWS = [  # (label, function of a variant, format)
@@ -148,8 +149,7 @@ class LmsFitResult:
         label, with_lms, without = device_peaks(lms, plain)
         parts = []
         if with_lms is not None and without is not None:
-            source = "" if plain is not None and label == "device peak" else (
-                ", without LMS by replay" if label.startswith("predicted") else "")
+            source = ", without LMS by replay" if label.startswith("predicted") else ""
             parts.append(f"{label} {_change(with_lms, without)} ({format_size(without)} -> "
                          f"{format_size(with_lms)}{source})")
         elif with_lms is not None:

@@ -167,6 +167,15 @@ def test_out_of_memory_in_one_variant_is_caught_and_the_other_runs(fit_shell, va
     if variant == "lms":  # the model is put back as before the call, not left half-trained
         assert all(np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
     assert "oom" in str(result.result)
+    # the dashboard says it, and draws no bars for the variant that ran out
+    dashboard = Dashboard(result.result)
+    if variant == "no_lms":
+        assert dashboard.headline.startswith("LMS: without LMS: out of memory; with LMS it trained, ")
+    else:
+        assert dashboard.headline.startswith("LMS: out of memory (")
+    bars = {trace.name: list(trace.x) for trace in dashboard.figures[0].data}
+    assert [name for name in bars if name.endswith(": OOM")] == [f"{variant}: OOM"]
+    assert not [x for x in bars[f"{variant}: OOM"] if x != "predicted device peak"]
 
 
 def test_user_exception_propagates_and_restores_the_model(fit_shell, no_new_threads):

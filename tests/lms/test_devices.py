@@ -38,7 +38,6 @@ def test_after_it_the_default_lms_swaps_to_the_simulated_host(monkeypatch):
     stats = callback.stats
     assert stats.active and stats.swapped_tensors > 0
     assert stats.device_peak_bytes < stats.device_peak_bytes_without_lms
-    assert {row["tensor"].split(":")[0] for row in stats.plan}  # swapped tensors are named
     assert callback.summary().startswith("LMS: swapping") and "to /CPU:1" in callback.summary()
 
 

@@ -62,7 +62,12 @@ class MemoryProfiler:
         UnknownDeviceError: ``devices`` names a GPU that does not exist (the
             message lists those that do).
 
+    Host figures are the whole process's resident memory: memory that anything
+    else frees during the window (Python's garbage collector, another thread)
+    lowers the increment, hence the ``gc.collect()`` before measuring below.
+
     Example:
+        >>> import gc; _ = gc.collect()
         >>> profiler = MemoryProfiler(interval_s=0.005).start()
         >>> block = bytearray(32 * 2**20)
         >>> report = profiler.stop()
@@ -326,7 +331,8 @@ def profile_memory(interval_s: float = DEFAULT_INTERVAL_S, devices: Iterable[int
         **options: passed to :class:`MemoryProfiler` (``gpu_source``, ``clock``, ...).
 
     Example:
-        >>> import lms_magic
+        >>> import gc, lms_magic
+        >>> _ = gc.collect()  # garbage freed inside the block would lower the increment
         >>> with lms_magic.profile_memory(interval_s=0.01) as report:
         ...     block = bytearray(64 * 2**20)
         >>> report.host.increment_bytes >= 60 * 2**20

@@ -68,29 +68,51 @@ class PinnedPool:
 
     A buffer goes back to the pool as soon as its copy back to the device is
     queued: every copy runs on one side stream, so a later copy into the
-    buffer is ordered after that one.
+    buffer is ordered after that one. Pinned buffers are pooled by size
+    rounded up to a power of two, as PyTorch's pinned (caching host)
+    allocator rounds them anyway: a tensor of 600 KiB takes a 1 MiB buffer
+    whatever the pool asks for, so tensors of nearby sizes share buffers and
+    ``allocated_bytes`` counts what is really pinned.
+
+    Args:
+        pin: pin the buffers (a CUDA device).
+        round_up: pool by the next power of two. Defaults to ``pin``.
 
     Example:
-        >>> pool = PinnedPool(pin=False)
-        >>> first = pool.acquire(1024); pool.release(first)
-        >>> pool.acquire(1024) is first, pool.allocated_bytes
-        (True, 1024)
+        >>> pool = PinnedPool(pin=False, round_up=True)
+        >>> first = pool.acquire(1000); pool.release(first)
+        >>> second = pool.acquire(600)
+        >>> second.untyped_storage().data_ptr() == first.untyped_storage().data_ptr(), second.numel()
+        (True, 600)
+        >>> pool.allocated_bytes, pool.allocations
+        (1024, 1)
     """
 
-    def __init__(self, pin: bool):
+    def __init__(self, pin: bool, round_up: bool | None = None):
         self.pin = pin
+        self.round_up = pin if round_up is None else round_up
         self._free: dict[int, list] = defaultdict(list)
         self.allocated_bytes = 0
         self.allocations = 0
 
-    def acquire(self, nbytes: int):
-        if self._free[nbytes]:
-            return self._free[nbytes].pop()
-        self.allocated_bytes += nbytes
-        self.allocations += 1
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pin)
+    def bucket_bytes(self, nbytes: int) -> int:
+        """The size of the pooled buffer that holds ``nbytes``."""
+        return 1 << max(nbytes - 1, 0).bit_length() if self.round_up else nbytes
 
-    def release(self, buffer) -> None:
+    def acquire(self, nbytes: int):
+        """A uint8 tensor of ``nbytes``, the start of a pooled buffer."""
+        bucket = self.bucket_bytes(nbytes)
+        if self._free[bucket]:
+            buffer = self._free[bucket].pop()
+        else:
+            self.allocated_bytes += bucket
+            self.allocations += 1
+            buffer = torch.empty(bucket, dtype=torch.uint8, pin_memory=self.pin)
+        return buffer[:nbytes]
+
+    def release(self, view) -> None:
+        """Gives back the buffer that ``view`` (from :meth:`acquire`, or a view of it) lies in."""
+        buffer = view if view._base is None else view._base
         self._free[buffer.numel()].append(buffer)
 
 

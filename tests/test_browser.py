@@ -1,7 +1,11 @@
-"""The %%lms_fit dashboard in a real browser: JupyterLab on localhost, Debian's Chromium via Playwright.
+"""The %%lms_fit dashboard in a real browser: JupyterLab 4 and Notebook 7 on localhost, Debian's Chromium
+via Playwright.
 
-Skipped, with the reason in pytest's summary (-rs), where Chromium, JupyterLab or
-Playwright is missing. Saves a screenshot to build/dashboard.png.
+The kernel runs with whatever IPython and ipywidgets the test process has: ipywidgets 8 in `make test`,
+Colab's 7.7.1 (and IPython 7.34) in `make test-colab`, which sets LMS_MAGIC_EXPECT_IPYWIDGETS and
+LMS_MAGIC_EXPECT_IPYTHON; the test reads the versions the kernel printed and checks them against those.
+Skipped, with the reason in pytest's summary (-rs), where Chromium, JupyterLab, Notebook 7 or Playwright
+is missing. Saves a screenshot to build/dashboard.png (JupyterLab) and build/dashboard-notebook.png.
 """
 
 import importlib.util
@@ -23,9 +27,14 @@ TOKEN = "lms-magic-test"
 WAIT_MS = 300_000
 
 
-def missing() -> list[str]:
+# where each front end opens a notebook, and the module that serves it
+FRONT_ENDS = {"lab": ("jupyterlab", "lab/tree"), "notebook": ("notebook", "notebooks")}
+STACK_LINE = "kernel stack: "
+
+
+def missing(module: str) -> list[str]:
     reasons = [] if pathlib.Path(CHROMIUM).exists() else ["Debian's chromium is not installed (apt-get install chromium)"]
-    reasons += [f"{name} is not installed (pip install {name})" for name in ("jupyterlab", "playwright")
+    reasons += [f"{name} is not installed (pip install {name})" for name in (module, "playwright")
                 if importlib.util.find_spec(name) is None]
     return reasons
 
@@ -36,9 +45,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def jupyterlab(tmp_path):
-    reasons = missing()
+@pytest.fixture(params=sorted(FRONT_ENDS))
+def front_end(request, tmp_path):
+    """(front end, base URL, path that opens the notebook) of a server started for the test."""
+    module, open_path = FRONT_ENDS[request.param]
+    reasons = missing(module)
     if reasons:
         pytest.skip("browser test: " + "; ".join(reasons))
     sys.path.insert(0, str(ROOT / "notebooks"))
@@ -48,13 +59,16 @@ def jupyterlab(tmp_path):
         sys.path.pop(0)
     notebook = nbformat.read(ROOT / "notebooks" / "lms_demo.ipynb", as_version=4)
     run_demo.set_parameters(notebook, {"N_ROWS": "2_000"})
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(
+        f"import IPython, ipywidgets; print('{STACK_LINE}IPython', IPython.__version__, 'ipywidgets', "
+        "ipywidgets.__version__)"))
     nbformat.write(notebook, tmp_path / "lms_demo.ipynb")
     port = free_port()
     # JupyterLab's news prompt covered the dashboard in the screenshot: user settings of their own say no to it
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
-    server = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", request.param, "--no-browser", "--allow-root",
                                f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={TOKEN}",
                                f"--ServerApp.root_dir={tmp_path}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL,
@@ -67,16 +81,33 @@ def jupyterlab(tmp_path):
                 break
             except OSError:
                 time.sleep(0.5)
-        yield base
+        yield request.param, base, f"{open_path}/lms_demo.ipynb"
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
+def kernel_state(base: str) -> str | None:
+    """The execution state of the notebook's kernel, from the server's REST API (the same for both front ends)."""
+    with urllib.request.urlopen(f"{base}/api/sessions?token={TOKEN}", timeout=5) as answer:
+        sessions = json.load(answer)
+    return sessions[0]["kernel"]["execution_state"] if sessions else None
+
+
+def wait_for_idle_kernel(base: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if kernel_state(base) == "idle":
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the kernel did not start within {timeout_s:.0f} s (state {kernel_state(base)!r})")
+
+
 @pytest.mark.slow
-def test_dashboard_renders_in_jupyterlab(jupyterlab):
+def test_dashboard_renders_in_the_browser(front_end):
     from playwright.sync_api import sync_playwright
 
+    name, base, open_path = front_end
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True,
@@ -84,22 +115,28 @@ def test_dashboard_renders_in_jupyterlab(jupyterlab):
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{jupyterlab}/lab/tree/lms_demo.ipynb?token={TOKEN}")
+            page.goto(f"{base}/{open_path}?token={TOKEN}")
             page.wait_for_selector(".jp-Notebook", timeout=120_000)
             try:  # JupyterLab sometimes asks which kernel to start
                 page.click(".jp-Dialog button.jp-mod-accept", timeout=15_000)
             except Exception:
                 pass
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            wait_for_idle_kernel(base)
             page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
             page.click("div.lm-Menu-itemLabel:text-is('Run All Cells')")
+            stack_output = page.locator(".jp-OutputArea-output", has_text=STACK_LINE).first
+            stack_output.wait_for(timeout=120_000)
+            stack = stack_output.text_content()  # read now: the first cell scrolls out of view as the rest runs
             try:
                 headline = page.wait_for_selector(".lms-magic-headline", timeout=WAIT_MS)
             except Exception:
                 (ROOT / "build").mkdir(exist_ok=True)
-                page.screenshot(path=str(ROOT / "build" / "browser_failure.png"), full_page=True)
+                page.screenshot(path=str(ROOT / "build" / f"browser_failure-{name}.png"), full_page=True)
                 raise
             page.wait_for_selector("text=test accuracy", timeout=300_000)
+            for package, variable in (("IPython", "LMS_MAGIC_EXPECT_IPYTHON"), ("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS")):
+                if os.environ.get(variable):
+                    assert f"{package} {os.environ[variable]}" in stack, stack
             text = headline.inner_text()
             assert text.startswith("LMS: ") and "final loss identical" in text and "step time" in text, text
             # the figures below it, drawn by plotly: peak bars (2 variants), the peak's make-up (6 kinds),
@@ -113,6 +150,7 @@ def test_dashboard_renders_in_jupyterlab(jupyterlab):
             assert page.query_selector(".jp-Notification-Toast, .Toastify__toast") is None  # nothing covers it
             (ROOT / "build").mkdir(exist_ok=True)
             headline.scroll_into_view_if_needed()
-            page.screenshot(path=str(ROOT / "build" / "dashboard.png"), full_page=False)
+            shot = "dashboard.png" if name == "lab" else f"dashboard-{name}.png"
+            page.screenshot(path=str(ROOT / "build" / shot), full_page=False)
         finally:
             browser.close()

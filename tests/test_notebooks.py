@@ -53,3 +53,26 @@ def test_large_images_notebook_predicts_a_lower_peak(tmp_path, capsys):
     line = next(line for line in capsys.readouterr().out.splitlines() if "predicted accelerator peak" in line)
     with_lms, without = [float(part.split()[0]) for part in line.split(":")[1].split(",")[:2]]
     assert with_lms < without
+
+
+@pytest.mark.parametrize("package, variable", [("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS"),
+                                               ("IPython", "LMS_MAGIC_EXPECT_IPYTHON"),
+                                               ("tensorflow", "LMS_MAGIC_EXPECT_TENSORFLOW"),
+                                               ("keras", "LMS_MAGIC_EXPECT_KERAS")])
+def test_the_notebook_kernel_runs_the_versions_the_run_says(package, variable):
+    """The demo notebooks' kernel (started as run_demo starts it, in notebooks/) imports the versions that
+    `make test-colab` names: a relative PYTHONPATH once left it on the main venv's IPython 9 and ipywidgets 8."""
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    expected = os.environ.get(variable)
+    if expected is None:
+        pytest.skip("only `make test-colab` says which versions it runs with")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        f"import {package}; print({package}.__version__)")])
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    version = notebook.cells[0].outputs[0]["text"].strip()
+    assert version.startswith(expected), version

@@ -66,3 +66,51 @@ def default_host() -> str:
     """Where swapped tensors wait when no host device is given: ``/CPU:1`` when the accelerator is simulated,
     else ``/CPU:0``."""
     return "/CPU:1" if _simulated else "/CPU:0"
+
+
+def framework_devices(backend: str) -> list[str]:
+    """The devices of this process, as LMS spells them ("/CPU:0", "/GPU:0"), for Keras's ``backend``."""
+    from .lms.options import device_name
+
+    if backend == "torch":
+        import torch
+
+        return ["/CPU:0"] + [f"/GPU:{index}" for index in range(torch.cuda.device_count())]
+    import tensorflow as tf
+
+    return [device_name(device.name) for device in tf.config.list_logical_devices()]
+
+
+def check_devices(device: str | None, host_device: str | None, backend: str | None = None) -> None:
+    """Raises OptionError, naming the devices this process has, where ``device`` or ``host_device``
+    (spelt as ``LmsOptions`` spells them) is not one of them (``backend``: Keras's by default).
+
+    Example:
+        >>> check_devices("/CPU:0", None, "tensorflow")
+        >>> check_devices("banana", None, "tensorflow")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        lms_magic.lms.options.OptionError: device='banana': is not a device of this process, which has /CPU:0...
+    """
+    from .lms.options import OptionError
+
+    if backend is None:
+        import keras
+
+        backend = keras.backend.backend()
+    known = framework_devices(backend)
+    for role, spec in (("device", device), ("host_device", host_device)):
+        if spec is not None and spec not in known:
+            example = known[-1] if role == "device" else known[0]
+            raise OptionError(role, spec, f"is not a device of this process, which has {', '.join(known)}: pass one "
+                                          f"of them, such as {example!r}")
+
+
+def accelerator(device: str | None, backend: str) -> str | None:
+    """The device LMS relieves: ``device`` if given; else the first GPU, the simulated accelerator
+    (:func:`simulate_accelerator`), or None (no GPU: nothing to relieve). On PyTorch, None leaves the
+    choice to the backend (the device the model trains on)."""
+    if device is not None or backend == "torch":
+        return device
+    gpus = [name for name in framework_devices(backend) if name.startswith("/GPU")]
+    return gpus[0] if gpus else default_device()

@@ -10,7 +10,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .cell import CompiledCell
 from .compat import output_can_be_silenced
-from .lms.plan import DEFAULT_MIN_BYTES
+from .lms.core.plan import DEFAULT_MIN_BYTES
 from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError, profiling
 from .options import split_options
 from .tune_magic import LmsTuneMagics
@@ -222,31 +222,23 @@ class LmsFitMagics(Magics):
         return history
 
     def _lms_options(self, args) -> dict:
+        """The cell's LMS options, each checked (a bad one is a UsageError naming the flag as typed)."""
+        from .devices import check_devices
+        from .lms.options import LmsOptions, OptionError, whole_number
+
         n_tensors = self.defaults["n_tensors"] if args.n_tensors is None else args.n_tensors
         lb = self.defaults["lb"] if args.lb is None else args.lb
-        if lb < 1:
-            raise UsageError(f"--lb must be a whole number >= 1, got {lb}")
-        if n_tensors is not None and n_tensors < -1:
-            raise UsageError(f"--n-tensors must be -1 (all), 0 (off) or a positive count, got {n_tensors}")
-        if args.steps is not None and args.steps < 1:
-            raise UsageError(f"--steps must be a positive number of steps, got {args.steps}")
         if not (math.isfinite(args.interval) and args.interval > 0):
             raise UsageError(f"-i/--interval must be a positive, finite number of seconds, got {args.interval}")
-        if args.min_bytes < 0:
-            raise UsageError(f"--min-bytes must be >= 0, got {args.min_bytes}")
-        budget = None
-        if args.budget is not None:
-            from .lms.plan import parse_bytes
-
-            try:
-                budget = parse_bytes(args.budget)
-            except ValueError as error:
-                raise UsageError(f"--budget: {error}") from None
-        from .lms.callback import check_devices
-
         try:
-            check_devices(args.device, args.host_device)
-        except ValueError as error:
-            raise UsageError(str(error).replace("host_device=", "--host-device ").replace(" device=", " --device "))
-        return {"n_tensors": n_tensors, "lb": lb, "budget": budget, "min_bytes": args.min_bytes,
-                "device": args.device, "host_device": args.host_device, "verbose": 1}
+            if args.steps is not None:
+                whole_number("steps", args.steps, 1)
+            options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
+                                 device=args.device, host_device=args.host_device)
+            check_devices(options.device, options.host_device)
+        except OptionError as error:
+            raise UsageError(error.for_magic()) from None
+        return {"n_tensors": options.n_tensors, "lb": options.lb, "budget": options.budget_bytes,
+                "min_bytes": options.min_bytes, "device": options.device, "host_device": options.host_device,
+                "verbose": 1}
+

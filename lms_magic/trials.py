@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lms.search import Setting, Trial
+from .lms.core.search import Setting, Trial
+from .lms.options import compiled_model, whole_number
 from .runs import FairStart
 
 
@@ -74,10 +75,8 @@ class TrialRunner:
     """
 
     def __init__(self, model, data, steps: int = 5, lms_options: dict | None = None, predictor=None):
-        if not getattr(model, "compiled", False):
-            raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
-        if steps < 1:
-            raise ValueError(f"steps must be at least 1, got {steps}")
+        compiled_model(model)
+        whole_number("steps", steps, 1)
         take_samples(data, 1)  # refuse bad data before anything runs
         self.model, self.data, self.steps = model, data, steps
         self.options = dict(lms_options or {})
@@ -97,8 +96,7 @@ class TrialRunner:
 
         from .lms.callback import LMS
 
-        if setting.batch_size < 1:
-            raise ValueError(f"the batch size must be at least 1, got {setting.batch_size}")
+        whole_number("batch_size", setting.batch_size, 1)
         arrays = take_samples(self.data, setting.batch_size * (self.steps + 1))
         lms = None
         if setting.n_tensors != 0:

@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .lms.plan import DEFAULT_MIN_BYTES
+from .lms.core.plan import DEFAULT_MIN_BYTES
 from .units import format_mib
 
 _USAGE = ("usage: %lms_tune MODEL --data (x, y) [--batch-size 32] [--budget 6GiB] [--steps 5] [--max-trials 12] "
@@ -97,17 +97,18 @@ class LmsTuneMagics(Magics):
             raise UsageError(f"%lms_tune: {args.model!r} is {type(model).__name__!r}, not a Keras model; " + _USAGE)
         if args.max_trials < 1:
             raise UsageError(f"--max-trials must be at least 1, got {args.max_trials}")
-        from .lms.callback import check_devices
+        from .lms.options import OptionError
         from .tuning import TuningSession
 
         try:
-            check_devices(args.device, args.host_device)
             session = TuningSession(model, data, args.batch_size, args.budget, args.steps, args.min_bytes,
                                     device=args.device, host_device=args.host_device)
             if args.autotune:
                 found = session.autotune(args.max_trials)
                 print(found)
                 return found
+        except OptionError as error:
+            raise UsageError(f"%lms_tune: {error.for_magic()}") from None
         except ValueError as error:  # BudgetError is one
             raise UsageError(f"%lms_tune: {error}") from None
         from .ui.dashboard import in_widget_frontend
@@ -117,7 +118,7 @@ class LmsTuneMagics(Magics):
             print(f"%lms_tune: the sliders need a notebook. LMS's default plan swaps {planned.n_tensors} of "
                   f"{planned.candidates} candidates: predicted peak {format_mib(planned.peak_bytes)} (without LMS "
                   f"{format_mib(planned.peak_bytes_without_lms)}). Add --autotune to search here.")
-            from .lms.peak import format_peak
+            from .lms.core.peak import format_peak
 
             for label, count in (("without LMS", 0), ("with the plan", planned.n_tensors)):
                 print(f"  {label}: " + format_peak(session.predictor.explain(count, 1, session.batch_size)))

@@ -1,7 +1,7 @@
 """Tuning LMS: instant predictions for any setting, measured trials, and autotune.
 
 A :class:`TuningSession` holds what the sliders and buttons of ``%lms_tune``
-need: one :class:`~lms_magic.lms.predictor.StepPredictor` (the liveness
+need: one :class:`~lms_magic.lms.tensorflow.predictor.StepPredictor` (the liveness
 replay that ``LMS`` reports, traced once), one
 :class:`~lms_magic.trials.TrialRunner` (K steps from one saved start),
 the host link bandwidth, and the trials so far. :func:`autotune` is the same
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .lms.plan import DEFAULT_MIN_BYTES, BudgetError, Selection, parse_bytes
-from .lms.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
+from .lms.core.plan import DEFAULT_MIN_BYTES, BudgetError
+from .lms.options import LmsOptions, whole_number
+from .units import parse_bytes
+from .lms.core.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
 from .units import format_mib
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)
@@ -58,29 +60,28 @@ class TuningSession:
         bandwidth: a ``LinkBandwidth``; measured once per process if None.
 
     Raises:
-        ValueError: not compiled, no data, a batch size below 1, or a budget
+        ValueError: not compiled, no data, an option's bad value (an ``OptionError``), or a budget
             below the weights and optimizer state (the message says what to do).
     """
 
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
                  bandwidth=None):
-        from .lms.predictor import StepPredictor
-        from .trials import TrialRunner, take_samples
+        from .devices import check_devices, default_host
+        from .lms.tensorflow.predictor import StepPredictor
         from .memory.bandwidth import host_link_bandwidth
+        from .trials import TrialRunner, take_samples
 
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"the batch size must be a whole number >= 1, got {batch_size!r}")
-        if not getattr(model, "compiled", False):
-            raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
-        self.batch_size = batch_size
-        from .devices import default_host
-
-        self.predictor = StepPredictor(model, take_samples(data, 2), Selection(min_bytes=min_bytes),
-                                       host_device or default_host())
+        self.batch_size = whole_number("batch_size", batch_size, 1)
+        whole_number("steps", steps, 1)
+        options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget)
+        check_devices(options.device, options.host_device)
+        self.predictor = StepPredictor(model, take_samples(data, 2), options.selection,
+                                       options.host_device or default_host())
         self.budget_bytes = None
-        self.set_budget(budget)
-        self.lms_options = {"min_bytes": min_bytes, "host_device": host_device, "device": device}
+        self.set_budget(options.budget_bytes)
+        self.lms_options = {"min_bytes": options.min_bytes, "host_device": options.host_device,
+                            "device": options.device}
         self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
         self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []

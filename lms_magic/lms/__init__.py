@@ -1,5 +1,7 @@
-"""Large Model Support: swap activations to host memory between forward and backward.
+"""Large Model Support: activations wait in host memory between the forward and the backward pass.
 
-plan.py and simulate.py are pure (no framework imports); tensorflow.py rewrites
-TensorFlow's traced train step; callback.py is the Keras callback users add.
+``callback.py`` is the Keras callback users add (``LMS``); it drives one backend per framework
+(``tensorflow/``: graph rewrite and replay; ``torch/``: saved-tensor hooks; ``jax/``: not yet) over
+the pure planning core (``core/``: plan, liveness replay, search, peak, stats), which imports no
+framework and knows no op names.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .callback import LMS
+from .options import device_name
 
 
 class LMSKerasCallback(LMS):
@@ -47,5 +48,5 @@ class LMSKerasCallback(LMS):
 def _normal(name: str, value):
     """A device or a name list, spelled one way: "/cpu:0" is "/device:CPU:0", "a" is ("a",)."""
     if name == "host_device":
-        return str(value).strip().lower().replace("device:", "")
+        return device_name(str(value))
     return (value,) if isinstance(value, str) else tuple(value)

@@ -9,6 +9,7 @@ default below is used and the tuner says so.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from dataclasses import dataclass
@@ -89,9 +90,10 @@ def _tensorflow_bandwidth() -> LinkBandwidth | None:
     return LinkBandwidth(rate_up, rate_down, "measured: copies with TensorFlow to /GPU:0 (its own staging)")
 
 
-_cached: LinkBandwidth | None = None
+MEASURES = (_torch_bandwidth, _tensorflow_bandwidth)  # tried in turn; the first that answers is used
 
 
+@functools.cache
 def host_link_bandwidth() -> LinkBandwidth:
     """This machine's host link bandwidth, measured once per process (or the stated default).
 
@@ -99,16 +101,12 @@ def host_link_bandwidth() -> LinkBandwidth:
         >>> host_link_bandwidth().slowest > 0
         True
     """
-    global _cached
-    if _cached is None:
-        for measure in (_torch_bandwidth, _tensorflow_bandwidth):
-            try:
-                _cached = measure()
-            except Exception:  # a figure for a bound must never break the tuner
-                _cached = None
-            if _cached is not None:
-                break
-        else:
-            _cached = LinkBandwidth(DEFAULT_BYTES_PER_S, DEFAULT_BYTES_PER_S,
-                                    f"no GPU: a stated default of {DEFAULT_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 3.0 x16)")
-    return _cached
+    for measure in MEASURES:
+        try:
+            found = measure()
+        except Exception:  # a figure for a bound must never break the tuner
+            found = None
+        if found is not None:
+            return found
+    return LinkBandwidth(DEFAULT_BYTES_PER_S, DEFAULT_BYTES_PER_S,
+                         f"no GPU: a stated default of {DEFAULT_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 3.0 x16)")

@@ -147,7 +147,7 @@ def memory_bars_figure(variants):
 
 def peak_makeup_figure(variants):
     """The predicted device peak's make-up, without and with LMS: one stacked bar each (``stats["peak"]``)."""
-    from ..lms.peak import KINDS
+    from ..lms.core.peak import KINDS
 
     lms = next((v for v in variants if v.name == "lms" and v.lms_stats.get("peak")), None)
     if lms is None or not lms.lms_stats.get("peak_without_lms"):

@@ -13,7 +13,7 @@ import html
 import math
 import time
 
-from ..lms.search import PatternSearch, Setting, Trial
+from ..lms.core.search import PatternSearch, Setting, Trial
 from .report_html import html_table
 from .plots import figure_bundle
 from ..units import MIB
@@ -134,7 +134,7 @@ class Tuner:
         """The predicted peak's make-up, without LMS and with the sliders' setting, and its largest tensors."""
         import plotly.graph_objects as go
 
-        from ..lms.peak import KINDS
+        from ..lms.core.peak import KINDS
 
         setting, predictor = self.setting(), self.session.predictor
         peaks = {"without LMS": predictor.explain(0, setting.lb, setting.batch_size),
@@ -196,7 +196,7 @@ class Tuner:
 
     def start_autotune(self):
         """Starts autotune: a task on the kernel's event loop, or at once outside a kernel."""
-        from ..lms.plan import BudgetError
+        from ..lms.core.plan import BudgetError
 
         try:
             self.search = self.session.search(self.max_trials, self.controls["batch_size"].value,

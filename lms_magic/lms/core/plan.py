@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Callable, Iterable
 
-from ..units import format_mib, parse_bytes  # noqa: F401  (parse_bytes: callers import it from here)
+from ...units import format_mib, parse_bytes  # noqa: F401  (parse_bytes: callers import it from here)
 
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
 PLANNED = None  # n_tensors's default: the plan with the lowest predicted peak
@@ -50,26 +50,9 @@ class Candidate:
 NAME_FIELDS = ("include_layers", "exclude_layers", "include_types", "exclude_types")
 
 
-def _names(field: str, value) -> tuple[str, ...]:
-    """A name filter as a tuple of names: one string is one name, a layer class counts by its name."""
-    if isinstance(value, (str, type)):
-        value = (value,)
-    try:
-        items = tuple(value)
-    except TypeError:
-        raise ValueError(f"{field} takes a layer {'type' if 'types' in field else 'name'} or a list of them, "
-                         f"got {value!r}") from None
-    names = tuple(item.__name__ if isinstance(item, type) else item for item in items)
-    wrong = [item for item in names if not isinstance(item, str)]
-    if wrong:
-        raise ValueError(f"{field} takes names (strings){' or layer classes' if 'types' in field else ''}, "
-                         f"got {wrong[0]!r}")
-    return names
-
-
 @dataclass(frozen=True)
 class Selection:
-    """The static filters of the LMS options."""
+    """The static filters of the LMS options (checked by ``lms.options.LmsOptions``, which builds them)."""
 
     n_tensors: int | None = PLANNED
     min_bytes: int = 0
@@ -78,21 +61,11 @@ class Selection:
     include_types: tuple[str, ...] = ()
     exclude_types: tuple[str, ...] = ()
 
-    def __post_init__(self):
-        for field in NAME_FIELDS:
-            object.__setattr__(self, field, _names(field, getattr(self, field)))
-        if self.n_tensors is not PLANNED and (not isinstance(self.n_tensors, int) or isinstance(self.n_tensors, bool)
-                                              or self.n_tensors < -1):
-            raise ValueError(f"n_tensors must be None (planned: the lowest predicted peak), -1 (all), 0 (LMS off) "
-                             f"or a positive count, got {self.n_tensors!r}")
-        if self.min_bytes < 0:
-            raise ValueError(f"min_bytes must be >= 0, got {self.min_bytes!r}")
-
     def unknown_names(self, layer_types: dict[str, str]) -> list[str]:
         """Notes for filter names that match no layer of the model (``layer_types``: layer name -> class name).
 
         Example:
-            >>> Selection(include_layers="dense_x").unknown_names({"dense_a": "Dense"})
+            >>> Selection(include_layers=("dense_x",)).unknown_names({"dense_a": "Dense"})
             ["include_layers names no layer of the model: 'dense_x'"]
         """
         known = {"layers": set(layer_types), "types": set(layer_types.values())}

@@ -31,12 +31,13 @@ class LmsStats:
         >>> stats["swaped_tensors"]  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        KeyError: "LMS stats have no 'swaped_tensors'; they have: active, reason, backend, candidates, ..."
+        KeyError: "LMS stats have no 'swaped_tensors'; they have: active, reason, backend, steps, candidates, ..."
     """
 
     active: bool = False
     reason: str = ""  # why LMS is inactive
     backend: Literal["tensorflow", "torch"] | None = None
+    steps: int = 0  # train steps run with LMS in this fit
     candidates: int = 0  # activations the backward pass reads that LMS could swap
     swapped_tensors: int = 0
     swapped_bytes_per_step: int = 0  # each also comes back: the host link carries twice this

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
-from ..units import MIB
+from ...units import MIB
 
 
 @dataclass(frozen=True)

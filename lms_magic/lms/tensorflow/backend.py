@@ -1,7 +1,7 @@
 """LMS on TensorFlow: the per-fit engine behind the ``LMS`` callback.
 
 Each trace of the train step is rewritten as it is traced: candidates found,
-the swaps planned (plan.plan_swaps), swap ops inserted (lms/tensorflow.py).
+the swaps planned (plan.plan_swaps), swap ops inserted (rewrite.py).
 After the first step, the partition graphs TensorFlow executed are replayed
 for the predicted peaks. The first step's executed graphs are collected,
 and collection is put back when that step ends. Grappler runs as it would
@@ -17,11 +17,14 @@ import time
 
 import tensorflow as tf
 
-from .. import compat
-from ..units import MIB, format_mib
+from ... import compat
+from ...units import MIB, format_mib
+from ..core.plan import PLANNED, BudgetError, plan_swaps
+from ..core.stats import LmsStats
+from ..options import LmsOptions
 from . import predict as _predict
-from . import tensorflow as _rewrite_ops
-from .plan import PLANNED, BudgetError, Selection, plan_swaps
+from . import rewrite as _rewrite_ops
+from .graph import phase_of
 
 
 class TensorFlowBackend:
@@ -29,21 +32,21 @@ class TensorFlowBackend:
 
     Args:
         model: the compiled Keras model.
-        selection, lb, budget_bytes, host_device, batch_size_hint: the LMS options.
-        device: the accelerator (resolved).
-        stats: the dict to fill in.
+        options: the LMS options, with ``device`` and ``host_device`` resolved.
+        stats: the fit's stats, filled in as the step is traced and run.
     """
 
     jit_note = "XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering"
 
-    def __init__(self, model, selection: Selection, lb: int, budget_bytes: int | None, device: str, host_device: str,
-                 batch_size_hint, stats: dict):
+    def __init__(self, model, options: LmsOptions, stats: LmsStats):
         if model.run_eagerly:
             raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
-        self.model, self.selection, self.lb, self.budget_bytes = model, selection, lb, budget_bytes
-        self.device, self.host_device, self.batch_size_hint, self.stats = device, host_device, batch_size_hint, stats
+        self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
+        self.device, self.host_device, self.stats = options.device, options.host_device, stats
+        self.batch_size_hint = options.batch_size
         self.step = None  # the rewritten step's TracedStep, after the first trace
         self._traces: dict = {}
+        self._chosen: dict[int | None, list[str]] = {}  # batch size -> the tensors the plan swaps
         self._layer_of = _rewrite_ops.layer_resolver(model)
         self._batch_hint = None
         self._budget_checked = False
@@ -98,8 +101,7 @@ class TensorFlowBackend:
         """Finds the candidates of a traced step and chooses the ones to swap."""
         first = tf.nest.flatten(data)[0]
         batch = first.shape[0] if first.shape.rank else None
-        hint = self.batch_size_hint() if callable(self.batch_size_hint) else self.batch_size_hint
-        batch = batch or self._batch_hint or hint
+        batch = batch or self._batch_hint or self.batch_size_hint()
         self._batch_hint = self._batch_hint or batch
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         if batch is None:
@@ -134,7 +136,7 @@ class TensorFlowBackend:
     def _nothing_helps(self, step, peak_bytes: int | None) -> str:
         """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why."""
         op = step.replay([]).peak_after or "?"
-        phase = _predict.phase_of(op, self._optimizer_scope())
+        phase = phase_of(op, self._optimizer_scope())
         why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
                "backward": "the tensors live there are read by the backward pass at that point or just after",
                "optimizer": "the optimizer update holds the gradients and its state while the activations are gone"}
@@ -144,6 +146,8 @@ class TensorFlowBackend:
     def _rewrite(self, graph, start: int, data) -> None:
         started = time.perf_counter()
         ops = graph.get_operations()[start:]
+        if self._retrace_swapped(graph, ops, data):
+            return
         try:
             candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
         except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
@@ -157,6 +161,7 @@ class TensorFlowBackend:
         replays = step.replay(chosen_items, explain=True), step.replay([], explain=True)
         traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
         records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
+        self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self.stats.update({
             "active": True, "backend": "tensorflow", "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
@@ -173,6 +178,23 @@ class TensorFlowBackend:
                                                        ("peak_without_lms", [], replays[1]))})
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
+
+    def _retrace_swapped(self, graph, ops, data) -> bool:
+        """A retrace at a batch size already planned: the same tensors swapped, without searching again.
+
+        Keras traces the train step twice when its first trace creates variables (an optimizer's slots,
+        compiled metrics); the two traces name their ops alike, so the plan carries over by name.
+        """
+        first = tf.nest.flatten(data)[0]
+        batch = (first.shape[0] if first.shape.rank else None) or self._batch_hint or self.batch_size_hint()
+        if batch not in self._chosen:
+            return False
+        candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        if not all(name in by_tensor for name in self._chosen[batch]):
+            return False
+        _rewrite_ops.insert_swaps(graph, [by_tensor[name] for name in self._chosen[batch]], self.host_device)
+        return True
 
     def first_step_done(self) -> None:
         """Replays the partition graphs that the first step executed: the predicted peaks."""

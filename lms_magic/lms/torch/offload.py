@@ -30,12 +30,13 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import defaultdict, deque
+from typing import Callable
 
 import torch
 
-from .. import compat
-from ..units import MIB
-from .plan import Candidate, Selection
+from ... import compat
+from ...units import MIB
+from ..core.plan import Candidate, Selection
 
 
 def torch_device(device=None):
@@ -164,6 +165,24 @@ def flat_storage(tensor):
     return tensor.as_strided((tensor.numel(),), (1,), 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class OffloadEvent:
+    """One thing the offloader did to a saved activation's storage.
+
+    Attributes:
+        kind: "offload" (copied to the host, its device memory free once the forward pass is done with
+            it), "copy_in" (its copy back to the device started) or "read" (the backward pass read it).
+        candidate: the activation (its layer, shape, bytes, forward position).
+        layer_index: the latest layer (in forward order) that saved a tensor on this storage.
+        tensor: the device tensor: the one offloaded, the copy back, or the view the backward pass reads.
+    """
+
+    kind: str
+    candidate: Candidate
+    layer_index: int
+    tensor: object
+
+
 class TorchOffloader:
     """Runs train steps with the offloading hooks and keeps what they did.
 
@@ -174,10 +193,15 @@ class TorchOffloader:
             eligible tensor and measures its peak; later steps keep on the
             device the last ones (in forward order) that still fit.
         device: "cuda", "cuda:1", "cpu"... Defaults to the first GPU, else the CPU.
+        observer: called with an :class:`OffloadEvent` as each storage goes to the host ("offload"),
+            starts back ("copy_in") and is read by the backward pass ("read"): to watch the offloading
+            (the tests do) without changing it. Defaults to None.
     """
 
-    def __init__(self, selection: Selection, lb: int = 1, budget_bytes: int | None = None, device=None):
+    def __init__(self, selection: Selection, lb: int = 1, budget_bytes: int | None = None, device=None,
+                 observer: Callable[[OffloadEvent], None] | None = None):
         self.selection, self.lb, self.budget_bytes = selection, lb, budget_bytes
+        self.observer = observer
         self.device = torch_device(device)
         self.cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
@@ -294,6 +318,7 @@ class TorchOffloader:
             host.copy_(flat)
         stored = _Stored(flat.numel(), flat.dtype, host, layer_index, candidate)
         self._waiting.append(stored)
+        self._tell("offload", stored, flat)
         return stored
 
     def _unpack(self, packed):
@@ -306,7 +331,9 @@ class TorchOffloader:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(stored.ready)  # compute never reads a buffer still in flight
             stored.device_flat.record_stream(current)
-        return stored.device_flat.as_strided(packed.shape, packed.stride, packed.offset)
+        view = stored.device_flat.as_strided(packed.shape, packed.stride, packed.offset)
+        self._tell("read", stored, view, packed.layer_index)
+        return view
 
     def _prefetch(self, lowest_layer: int) -> None:
         """Starts the copies back of every waiting storage read by a layer at or after ``lowest_layer``."""
@@ -328,6 +355,12 @@ class TorchOffloader:
         stored.host = None
         if stored in self._waiting:
             self._waiting.remove(stored)
+        self._tell("copy_in", stored, stored.device_flat)
+
+    def _tell(self, kind: str, stored: _Stored, tensor, layer_index: int | None = None) -> None:
+        if self.observer is not None:
+            self.observer(OffloadEvent(kind, stored.candidate, stored.layer_index if layer_index is None
+                                       else layer_index, tensor))
 
     # -- reporting -----------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -350,47 +383,3 @@ class TorchOffloader:
     def close(self) -> None:
         if self.cuda:
             self.stream.synchronize()
-
-
-class TorchBackend:
-    """One fit's LMS on the PyTorch backend, for the ``LMS`` callback (the TensorFlowBackend's counterpart).
-
-    Args:
-        model: the model being trained.
-        selection, lb, budget_bytes, device: the LMS options.
-        stats: the callback's dict, filled in after the first step.
-    """
-
-    jit_note = ("torch.compile (jit_compile) is off while LMS trains: it traces its own graph around autograd's "
-                "saved-tensor hooks")
-
-    def __init__(self, model, selection: Selection, lb: int, budget_bytes: int | None, device, stats: dict):
-        self.offloader = TorchOffloader(selection, lb, budget_bytes, device)
-        self.device, self.lb, self.stats = str(self.offloader.device), lb, stats
-        self.step = None
-        self._release_plan = compat.graph_release_plan(model)
-
-    def train_step(self, original):
-        return lambda data: self.offloader.run(original, data)
-
-    def step_scope(self):
-        """The model's graph lets go of each activation once its last reader has run, so an offloaded one's
-        device memory is free before the forward pass ends (Keras would hold all of them to its end)."""
-        return compat.graph_intermediates_released(self._release_plan)
-
-    def first_step_done(self) -> None:
-        found = self.offloader.stats()
-        found["notes"] = self.stats.notes + found["notes"]
-        self.stats.update(found)
-
-    def summary_line(self) -> str:
-        stats = self.stats
-        peak = stats.device_peak_bytes
-        return (f"LMS (PyTorch): offloading {stats.swapped_tensors} of {stats.candidates} saved activations "
-                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb} layers) to "
-                f"{'pinned ' if stats.pinned else ''}host memory; "
-                + (f"{self.device} peak {peak / MIB:.1f} MiB ({stats.prediction_source})" if peak is not None
-                   else "no device peak (not a CUDA device)"))
-
-    def close(self) -> None:
-        self.offloader.close()

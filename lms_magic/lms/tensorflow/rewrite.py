@@ -23,14 +23,12 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from .. import compat
-from .plan import Candidate
-from .simulate import SHAPE_OPS
+from ... import compat
+from ..core.plan import Candidate
+from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, op_name_in_step, replica_prefix
 
-BACKWARD_SCOPES = ("gradient_tape/", "gradients/")
 _SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
 _LOOP_OPS = frozenset({"While", "StatelessWhile"})
-_REPLICA_PREFIX = re.compile(r"^(replica_\d+/)?")
 
 
 @dataclass
@@ -57,11 +55,6 @@ class SwapRecord:
     consumers: list[str] = field(default_factory=list)
 
 
-def _is_backward(op) -> bool:
-    name = _REPLICA_PREFIX.sub("", op.name)
-    return name.startswith(BACKWARD_SCOPES)
-
-
 def static_bytes(tensor, batch_size: int | None) -> int | None:
     shape = tensor.shape
     if shape.rank is None:
@@ -84,10 +77,10 @@ def split_by_replica(ops) -> dict[str, tuple[list, list]]:
     """
     groups: dict[str, list] = {}
     for op in ops:
-        groups.setdefault(_REPLICA_PREFIX.match(op.name).group(0), []).append(op)
+        groups.setdefault(replica_prefix(op.name), []).append(op)
     split = {}
     for prefix, group in groups.items():
-        first_backward = next((i for i, op in enumerate(group) if _is_backward(op)), None)
+        first_backward = next((i for i, op in enumerate(group) if is_backward(op.name)), None)
         if first_backward is None:
             continue
         split[prefix] = (group[:first_backward], group[first_backward:])
@@ -184,8 +177,8 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
         tensor = item.tensor
         base = re.sub(r"[^A-Za-z0-9_./-]", "_", tensor.name.replace(":", "_"))
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
-            swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"lms_swap_out/{base}")
-            swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"lms_swap_in/{base}")
+            swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"{SWAP_OUT_SCOPE}/{base}")
+            swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"{SWAP_IN_SCOPE}/{base}")
         compat.add_control_input(swap_in.op, item.trigger)
         for consumer in item.consumers:
             _reroute(consumer, tensor, swap_in)
@@ -212,7 +205,7 @@ def layer_resolver(model):
     layers = compat.layer_types(model)
 
     def layer_of(op_name: str) -> tuple[str, str]:
-        parts = _REPLICA_PREFIX.sub("", op_name).split("/")[:-1]
+        parts = op_name_in_step(op_name).split("/")[:-1]
         for part in reversed(parts):
             name = part
             while True:

@@ -12,17 +12,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from .simulate import FORWARDING_OPS, SHAPE_OPS, Node
-
-# Ops whose output 0 is their input 0's buffer (TensorFlow forwards it).
-ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
-                          "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
-# The op types of LMS's swap ops (lms/tensorflow.py: EnsureShape out, Snapshot in).
-SWAP_OPS = frozenset({"EnsureShape", "Snapshot"})
-# Ops whose outputs hold no new memory of the step (variables, constants).
-FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
-                      "_Retval", "_DeviceRetval"}) | SHAPE_OPS
-
+from ..core.simulate import Node, collector_paused, execution_order
+from .graph import ALIASING_OPS, FORWARDING_OPS, FREE_OPS, SHAPE_OPS, SWAP_OPS, is_swap_op
 
 def _parse_input(text: str) -> tuple[str, int, bool]:
     if text.startswith("^"):
@@ -56,6 +47,11 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
     """
+    with collector_paused():
+        return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps)
+
+
+def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps):
     index = _PartitionIndex(partition_graphs, device)
     graph_nodes, sends, by_name, on_device = index.nodes, index.sends, index.by_name, index.on_device
     resolve, swapped_origin = index.resolve, index.swapped_origin
@@ -70,7 +66,7 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
                     rewired[(node.name, 0)] = origin
                     removed.add(node.name)
         for node in graph_nodes:  # host copies that only fed swap-ins
-            if not on_device(node) and ("lms_swap" in node.name or node.op in ("_Recv", "_Send")):
+            if not on_device(node) and (is_swap_op(node.name) or node.op in ("_Recv", "_Send")):
                 removed.add(node.name)
         receivers: dict[str, list] = {}
         for node in graph_nodes:
@@ -170,7 +166,7 @@ class _PartitionIndex:
                 return None
             if self.on_device(node):
                 return (name, index) if hops else None
-            if node.op not in SWAP_OPS or "lms_swap" not in node.name:
+            if node.op not in SWAP_OPS or not is_swap_op(node.name):
                 return None
             name, index, _ = _parse_input(node.input[0])
             hops += 1
@@ -205,8 +201,6 @@ def swapped_in(partition_graphs: Iterable, device: str) -> dict[str, tuple[str, 
 def _fill_unknown_sizes(nodes: list[Node], unknown: list[str]) -> list[Node]:
     """An output of unknown size is taken as large as the node's largest input
     (exact for element-wise ops, such as an optimizer's updates in nested functions)."""
-    from .simulate import execution_order
-
     position = {node.name: index for index, node in enumerate(nodes)}
     for node in execution_order(nodes):
         node = nodes[position[node.name]]
@@ -225,8 +219,6 @@ def _fill_unknown_sizes(nodes: list[Node], unknown: list[str]) -> list[Node]:
 
 def _propagate_priorities(nodes: list[Node]) -> None:
     """Nodes without a program position take their latest input's (and run right after it)."""
-    from .simulate import execution_order
-
     by_name = {node.name: node for node in nodes}
     position_of = {node.name: position for position, node in enumerate(nodes)}
     for node in execution_order(nodes):  # inputs get their priority first

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from .plan import Selection, lowest_peak_plan, plan_swaps
+from ..core.plan import Selection, lowest_peak_plan, plan_swaps
+from ..options import compiled_model, whole_number
 from .predict import TracedStep, persistent_tensors
-from .tensorflow import find_candidates, layer_resolver
+from .rewrite import find_candidates, layer_resolver
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,7 @@ class StepPredictor:
     """
 
     def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0"):
-        if not getattr(model, "compiled", False):
-            raise ValueError("this model is not compiled: call model.compile(optimizer, loss) first")
+        compiled_model(model)
         self.selection = selection or Selection()
         self.host_device = host_device
         self.model, self.sample = model, sample
@@ -97,7 +97,8 @@ class StepPredictor:
 
     def candidates(self, lb: int, batch_size: int) -> list:
         """The eligible candidates (TensorCandidate) at this ``lb`` and batch size, in forward order."""
-        _check(lb, batch_size)
+        whole_number("lb", lb, 1)
+        whole_number("batch_size", batch_size, 1)
         key = (lb, batch_size)
         if key not in self._candidates:
             found, _ = find_candidates(self.trace(batch_size).ops, self._layer_of, lb, batch_size)
@@ -154,9 +155,3 @@ class StepPredictor:
         search = lowest_peak_plan(eligible, lambda swapped: self._peak(lb, batch_size, len(swapped)))
         return self.predict(len(search.chosen), lb, batch_size)
 
-
-def _check(lb: int, batch_size: int) -> None:
-    if not isinstance(lb, int) or lb < 1:
-        raise ValueError(f"lb must be a whole number >= 1, got {lb!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"the batch size must be a whole number >= 1, got {batch_size!r}")

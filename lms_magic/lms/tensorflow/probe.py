@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .plan import Selection
+from ..core.plan import Selection
 from .predictor import StepPredictor
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .partitions import ALIASING_OPS, FREE_OPS, nodes_from_partitions, swapped_in
-from .peak import LiveTensor, explain_peak, kind_of_op, phase_of
-from .simulate import FORWARDING_OPS, Node, Swap, replay, with_swaps
-from .tensorflow import SHAPE_OPS, TensorCandidate, static_bytes
+from ..core.peak import LiveTensor, explain_peak
+from ..core.simulate import Node, Swap, collector_paused, replay, with_swaps
+from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_swap_op,
+                    kind_of_op, op_name_in_step, phase_of)
+from .partitions import nodes_from_partitions, swapped_in
+from .rewrite import TensorCandidate, static_bytes
 
-__all__ = ["TracedStep", "phase_of", "variables_bytes", "persistent_tensors", "train_partitions", "executed_peaks"]
-INPUT_OPS = frozenset({"IteratorGetNext", "OptionalGetValue", "_Arg"})
+__all__ = ["TracedStep", "variables_bytes", "persistent_tensors", "train_partitions", "executed_peaks"]
 
 
 def device_suffix(device: str) -> str:
@@ -72,7 +73,8 @@ class TracedStep:
     def nodes(self) -> list[Node]:
         """The replay's nodes (built once: about 0.15 s for ResNet-50's 9,000 ops)."""
         if self._nodes is None:
-            self._nodes = self._build_nodes()
+            with collector_paused():
+                self._nodes = self._build_nodes()
         return self._nodes
 
     def _build_nodes(self) -> list[Node]:
@@ -111,7 +113,8 @@ class TracedStep:
                 name, index = copies[name]
             return self.describe(name, index, layer_of, optimizer_scope, swapped)
 
-        return explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope))
+        return explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
+                            op_name_in_step(result.peak_after or ""))
 
     def describe(self, name: str, index: int, layer_of, optimizer_scope: str | None,
                  swapped: bool = False) -> LiveTensor:
@@ -156,7 +159,7 @@ def train_partitions(run_metadata):
     best, best_score = None, -1
     for function_graph in run_metadata.function_graphs:
         names = [node.name for graph in function_graph.partition_graphs for node in graph.node]
-        score = 10**6 * any("lms_swap" in n for n in names) + sum("gradient_tape" in n for n in names)
+        score = 10**6 * any(is_swap_op(n) for n in names) + sum(is_backward(n) for n in names)
         if score > best_score:
             best, best_score = function_graph, score
     return list(best.partition_graphs) if best is not None and best_score > 0 else []
@@ -180,5 +183,6 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
-        explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope)))
+        explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
+                                      op_name_in_step(result.peak_after or "")))
     return explained[0], explained[1], unknown_count

@@ -5,13 +5,14 @@ given a kind, and the weights and optimizer state (held through the step) are
 added, so that the kinds add up to the peak.
 
 Example:
-    >>> from lms_magic.lms.simulate import Node, replay
+    >>> from lms_magic.lms.core.simulate import Node, replay
     >>> nodes = [Node("dense/MatMul", (400,)), Node("loss", (4,), (("dense/MatMul", 0),)),  # loss: forward
     ...          Node("gradient_tape/dense/MatMul", (400,), (("loss", 0), ("dense/MatMul", 0)))]
     >>> def describe(tensor):
-    ...     return LiveTensor(tensor[0], "dense", (10, 10), 0, kind_of_op(tensor[0], "sgd"))
+    ...     kind = "gradients" if tensor[0].startswith("gradient_tape") else "activations_kept"
+    ...     return LiveTensor(tensor[0], "dense", (10, 10), 0, kind)
     >>> peak = explain_peak(replay(nodes, explain=True), describe, [LiveTensor("dense/kernel", "dense",
-    ...                     (10, 10), 400, "weights")], phase="backward")
+    ...                     (10, 10), 400, "weights")], phase="backward", op="gradient_tape/dense/MatMul")
     >>> peak["by_kind"]["weights"], peak["by_kind"]["activations_kept"], peak["by_kind"]["gradients"]
     (400, 404, 400)
     >>> peak["bytes"] == sum(peak["by_kind"].values())
@@ -44,53 +45,8 @@ class LiveTensor:
                 "kind": self.kind}
 
 
-def kind_of_op(op_name: str, optimizer_scope: str | None, swapped_in: bool = False, is_input: bool = False) -> str:
-    """The kind of a buffer made by op ``op_name`` in a Keras train step, from the phase its name scope gives.
-
-    Example:
-        >>> [kind_of_op(n, "adam") for n in ("model/conv/Conv2D", "gradient_tape/model/conv/Conv2DBackpropInput",
-        ...                                   "adam/Sqrt_3")]
-        ['activations_kept', 'gradients', 'other']
-    """
-    if swapped_in:
-        return "activations_swapped_in"
-    if is_input:
-        return "other"
-    phase = phase_of(op_name, optimizer_scope)
-    return {"forward": "activations_kept", "backward": "gradients"}.get(phase, "other")
-
-
-def phase_of(op_name: str, optimizer_scope: str | None) -> str:
-    """Which part of a Keras train step an op belongs to, from its name scope.
-
-    Example:
-        >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
-        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7", "StatefulPartitionedCall/adam/mul_4")]
-        ['forward', 'backward', 'optimizer', 'optimizer']
-    """
-    scopes = op_name_in_step(op_name).split("/")
-    if scopes[0] in ("gradient_tape", "gradients") or scopes[0].startswith("gradients_"):
-        return "backward"
-    if optimizer_scope and scopes[0] == optimizer_scope:
-        return "optimizer"
-    return "forward"
-
-
-def op_name_in_step(name: str) -> str:
-    """An executed op's name without the function-call scopes TensorFlow puts before it.
-
-    Example:
-        >>> op_name_in_step("StatefulPartitionedCall/adam/mul_4")
-        'adam/mul_4'
-    """
-    scopes = name.split("/")
-    while len(scopes) > 1 and scopes[0].endswith("PartitionedCall"):
-        scopes = scopes[1:]
-    return "/".join(scopes)
-
-
 def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], persistent: list[LiveTensor],
-                 phase: str, top: int = TOP) -> dict:
+                 phase: str, op: str, top: int = TOP) -> dict:
     """``stats["peak"]``: the phase and op of a replay's peak, its bytes by kind, and its largest live tensors.
 
     Args:
@@ -98,6 +54,7 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
         describe: the ``LiveTensor`` of a (producer, output index); its ``nbytes`` is replaced by the replay's.
         persistent: the tensors held through the step (weights, optimizer state).
         phase: "forward", "backward" or "optimizer": where the peak op runs.
+        op: the name of the op after which the peak happens, as people read it.
         top: how many of the largest tensors to list. Defaults to 10.
 
     Returns:
@@ -114,7 +71,7 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
     for tensor in tensors:
         by_kind[tensor.kind if tensor.kind in by_kind else "other"] += tensor.nbytes
     largest = sorted(tensors, key=lambda t: t.nbytes, reverse=True)[:top]
-    return {"phase": phase, "op": op_name_in_step(result.peak_after or ""), "bytes": sum(by_kind.values()), "by_kind": by_kind,
+    return {"phase": phase, "op": op, "bytes": sum(by_kind.values()), "by_kind": by_kind,
             "top": [tensor.row() for tensor in largest]}
 
 

@@ -1,0 +1,1 @@
+"""LMS on Keras's JAX backend: not yet (backend.py says why)."""

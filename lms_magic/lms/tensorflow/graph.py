@@ -1,0 +1,117 @@
+"""What TensorFlow's op types and names mean to LMS: the one place that knows them (no TensorFlow import).
+
+The pure core (``lms/core``) sees graphs as :class:`~lms_magic.lms.core.simulate.Node` lists; here are
+the rules that turn TensorFlow's ops into such nodes (which ops hold no buffer, which pass their
+input's buffer on, which write in place) and that read a Keras train step's op names (which phase
+an op belongs to).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Ops that read a tensor's shape, not its buffer: they neither keep it alive nor need it swapped in.
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+# Element-wise kernels that write into an input's buffer when nothing else reads it
+# (TensorFlow's forward_input_or_allocate_output).
+FORWARDING_OPS = frozenset({
+    "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "Neg", "Maximum", "Minimum", "SquaredDifference",
+    "Relu", "Relu6", "ReluGrad", "Relu6Grad", "Elu", "EluGrad", "Selu", "SeluGrad", "LeakyRelu", "LeakyReluGrad",
+    "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Softplus", "SoftplusGrad", "Square", "Sqrt", "Rsqrt", "Exp",
+    "Log", "Abs", "Sign", "Reciprocal", "BiasAdd", "AddN", "OnesLike", "ZerosLike", "Select", "SelectV2",
+    "ClipByValue", "Pow",
+})
+
+# Ops whose output 0 is their input 0's buffer (TensorFlow forwards it); IdentityN: output i is input i's.
+ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+                          "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
+
+# The op types of LMS's swap ops (rewrite.py: EnsureShape out, Snapshot in), and their name scopes.
+SWAP_OPS = frozenset({"EnsureShape", "Snapshot"})
+SWAP_OUT_SCOPE, SWAP_IN_SCOPE = "lms_swap_out", "lms_swap_in"
+
+# Ops whose outputs hold no new memory of the step (variables, constants, arguments).
+FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
+                      "_Retval", "_DeviceRetval"}) | SHAPE_OPS
+
+# Ops that yield the step's input batch.
+INPUT_OPS = frozenset({"IteratorGetNext", "OptionalGetValue", "_Arg"})
+
+_REPLICA_PREFIX = re.compile(r"^(replica_\d+/)?")
+
+
+def replica_prefix(op_name: str) -> str:
+    """The ``replica_N/`` scope a distribution strategy gives a replica's ops ("" for the first replica).
+
+    Example:
+        >>> replica_prefix("replica_1/model/dense/MatMul"), replica_prefix("model/dense/MatMul")
+        ('replica_1/', '')
+    """
+    return _REPLICA_PREFIX.match(op_name).group(0)
+
+
+def op_name_in_step(name: str) -> str:
+    """An op's name inside the train step: without the function-call scopes TensorFlow puts before an
+    executed op, nor a replica's scope.
+
+    Example:
+        >>> op_name_in_step("StatefulPartitionedCall/adam/mul_4"), op_name_in_step("replica_1/gradient_tape/x")
+        ('adam/mul_4', 'gradient_tape/x')
+    """
+    scopes = name.split("/")
+    while len(scopes) > 1 and scopes[0].endswith("PartitionedCall"):
+        scopes = scopes[1:]
+    return _REPLICA_PREFIX.sub("", "/".join(scopes))
+
+
+def is_backward(op_name: str) -> bool:
+    """Whether an op (traced or executed) belongs to the backward pass: the gradient tape's scopes.
+
+    Example:
+        >>> [is_backward(n) for n in ("model/conv/Conv2D", "gradient_tape/model/conv/Conv2DBackpropInput",
+        ...                           "StatefulPartitionedCall/gradients_1/x", "replica_1/gradient_tape/y")]
+        [False, True, True, True]
+    """
+    scope = op_name_in_step(op_name).split("/")[0]
+    return scope in ("gradient_tape", "gradients") or scope.startswith("gradients_")
+
+
+def phase_of(op_name: str, optimizer_scope: str | None) -> str:
+    """Which part of a Keras train step an op belongs to, from its name scope.
+
+    Example:
+        >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
+        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7", "StatefulPartitionedCall/adam/mul_4")]
+        ['forward', 'backward', 'optimizer', 'optimizer']
+    """
+    if is_backward(op_name):
+        return "backward"
+    if optimizer_scope and op_name_in_step(op_name).split("/")[0] == optimizer_scope:
+        return "optimizer"
+    return "forward"
+
+
+def kind_of_op(op_name: str, optimizer_scope: str | None, swapped_in: bool = False, is_input: bool = False) -> str:
+    """The kind (``core.peak.KINDS``) of a buffer made by op ``op_name`` in a Keras train step.
+
+    Example:
+        >>> [kind_of_op(n, "adam") for n in ("model/conv/Conv2D", "gradient_tape/model/conv/Conv2DBackpropInput",
+        ...                                   "adam/Sqrt_3")]
+        ['activations_kept', 'gradients', 'other']
+    """
+    if swapped_in:
+        return "activations_swapped_in"
+    if is_input:
+        return "other"
+    return {"forward": "activations_kept", "backward": "gradients"}.get(phase_of(op_name, optimizer_scope), "other")
+
+
+def is_swap_op(op_name: str) -> bool:
+    """Whether an op (traced or executed) is one of LMS's swap ops.
+
+    Example:
+        >>> is_swap_op("StatefulPartitionedCall/lms_swap_in/conv_Relu_0"), is_swap_op("conv/Relu")
+        (True, False)
+    """
+    return any(scope in (SWAP_OUT_SCOPE, SWAP_IN_SCOPE) for scope in op_name.split("/"))

@@ -1,0 +1,1 @@
+"""LMS on Keras's PyTorch backend: saved activations offloaded through autograd's saved-tensor hooks."""

@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test test-oldest test-colab wheel demo bench clean
+.PHONY: install browser test test-all test-oldest test-colab wheel demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,37 +21,54 @@ browser:
 	-test -x /usr/bin/chromium || (test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || true
 
-# Keras fixes its backend per process: the PyTorch backend's tests run in a second pytest.
+# Every behaviour's test, the real architectures at their smallest (tests/lms/tensorflow/test_real_models.py says
+# which model shows what). Keras fixes its backend per process: the PyTorch backend's tests run in a second pytest.
+# The tests run in parallel (pytest-xdist: a process a core, at most 4, idle ones taking tests from busy ones).
+TORCH_TESTS := tests/lms/torch lms_magic/lms/torch
+PARALLEL := -n auto --maxprocesses=4 --dist worksteal
 test: $(STAMP) browser
-	$(BIN)/python -m pytest
-	KERAS_BACKEND=torch $(BIN)/python -m pytest tests/torch_backend lms_magic/lms/torch_offload.py -p no:warnings
+	$(BIN)/python -m pytest $(PARALLEL) --durations=10
+	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
+
+# Before a release: make test's tests and the `release` ones too: the full-size keras.applications models with both
+# optimizers, all 60 seeded fault cases, the 120-call soak.
+test-all: $(STAMP) browser
+	LMS_SOAK_CALLS=120 $(BIN)/python -m pytest $(PARALLEL) --durations=10 -m "release or not release"
+	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
+
+# What depends on the TensorFlow / Keras version (the rewrite, the backend, the callback, the magics, one real
+# model), run again by test-oldest and test-colab; the pure modules and the rest run once, in make test.
+ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_architecture[resnet-sgd]'
+VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tests/lms/tensorflow/test_backend.py \
+	tests/lms/tensorflow/test_predict.py tests/test_magics.py tests/test_compare.py $(ONE_REAL_MODEL)
 
 # The LMS tests on the oldest supported TensorFlow / Keras pair (lms_magic/compat.py SUPPORTED), in a venv of its own.
 OLDEST := .venv-oldest
 $(OLDEST)/.installed: pyproject.toml
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
-	$(OLDEST)/bin/python -m pip install --quiet -e . pytest memory-profiler "tensorflow-cpu==2.17.*" "keras==3.5.*" "numpy<2"
+	$(OLDEST)/bin/python -m pip install --quiet -e . pytest pytest-xdist memory-profiler "tensorflow-cpu==2.17.*" \
+		"keras==3.5.*" "numpy<2"
 	touch $(OLDEST)/.installed
 
 test-oldest: $(OLDEST)/.installed
-	$(OLDEST)/bin/python -m pytest tests/lms tests/test_magics.py -p no:warnings
+	$(OLDEST)/bin/python -m pytest $(PARALLEL) $(VERSIONED) -p no:warnings
 
-# The notebook-facing tests (magics, tuner, %%lms_fit, the demo notebooks headless and in the browser) again on
-# what Colab ships: IPython 7.34, ipywidgets 7.7.1, TensorFlow 2.19 / Keras 3.10, in a venv of its own
-# (make test has IPython 9, ipywidgets 8, the newest TensorFlow and Keras).
+# The version-dependent tests and the notebook-facing ones (%lms_tune and its widget, the dashboard, the demo
+# notebooks headless and in the browser) again on what Colab ships: IPython 7.34, ipywidgets 7.7.1, TensorFlow
+# 2.19 / Keras 3.10, in a venv of its own (make test has IPython 9, ipywidgets 8, the newest TensorFlow and Keras).
 COLAB := .venv-colab
 $(COLAB)/.installed: pyproject.toml
 	test -x $(COLAB)/bin/python || $(PYTHON) -m venv $(COLAB)
 	$(COLAB)/bin/python -m pip install --quiet --upgrade pip
-	$(COLAB)/bin/python -m pip install --quiet -e . pytest memory-profiler nbclient nbformat nbconvert ipykernel \
+	$(COLAB)/bin/python -m pip install --quiet -e . pytest pytest-xdist memory-profiler nbclient nbformat nbconvert ipykernel \
 		jupyterlab notebook playwright "tensorflow-cpu==2.19.*" "keras==3.10.*" "ipython==7.34.0" "ipywidgets==7.7.1"
 	touch $(COLAB)/.installed
 
 test-colab: $(COLAB)/.installed browser
 	LMS_MAGIC_EXPECT_IPYWIDGETS=7.7.1 LMS_MAGIC_EXPECT_IPYTHON=7.34 LMS_MAGIC_EXPECT_TENSORFLOW=2.19 \
-		LMS_MAGIC_EXPECT_KERAS=3.10 $(COLAB)/bin/python -m pytest tests/test_magics.py tests/lms/test_tuning.py \
-		tests/lms/test_fit_magic.py tests/test_notebooks.py tests/test_browser.py -p no:warnings
+		LMS_MAGIC_EXPECT_KERAS=3.10 $(COLAB)/bin/python -m pytest $(PARALLEL) $(VERSIONED) tests/test_tune_magic.py tests/ui \
+		tests/test_notebooks.py tests/test_browser.py -p no:warnings
 
 # The wheel and sdist users install (dist/), checked as PyPI would.
 wheel: $(STAMP)

@@ -1,9 +1,16 @@
-"""Shared fixtures: a real IPython shell with the extension loaded, and the gpu marker."""
+"""Shared fixtures: a real IPython shell with the extension loaded, the simulated accelerator, and the markers.
+
+Markers:
+    gpu: needs an NVIDIA GPU (skipped without one).
+    release: the full real-model matrix (full-size keras.applications models, both optimizers, every
+        fault case); deselected by ``make test``, run by ``make test-all`` before a release.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 
 import pytest
 
@@ -12,6 +19,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # (not on the AMD EPYC of some CI machines), and keeps CPU allocator statistics, which the
 # measured-peak proofs read, only with it on.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+
+@dataclass(frozen=True)
+class Devices:
+    """TensorFlow's CPU split in two: ``accelerator`` plays the GPU, ``host`` the host memory."""
+
+    accelerator: str = "/CPU:0"
+    host: str = "/CPU:1"
+
+    @property
+    def magic_options(self) -> str:
+        """``%%lms_fit`` options that put LMS on them, every tensor size a candidate."""
+        return f"--device {self.accelerator} --host-device {self.host} --min-bytes 0"
+
+
+DEVICES = Devices()
 
 
 def _gpu_available() -> bool:
@@ -25,12 +48,28 @@ def _gpu_available() -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    """tests/torch_backend and torch_offload.py's doctests run in their own pytest run with KERAS_BACKEND=torch
-    (Keras picks one backend a process, and the TensorFlow run stays free of PyTorch)."""
-    torch_only = "torch_backend" in collection_path.parts or collection_path.name == "torch_offload.py"
+    """The PyTorch backend's tests (tests/lms/torch, lms_magic/lms/torch) run in their own pytest run with
+    KERAS_BACKEND=torch (Keras picks one backend a process, and the TensorFlow run stays free of PyTorch)."""
+    parts = collection_path.parts
+    torch_only = "torch" in parts and "lms" in parts
     if torch_only and os.environ.get("KERAS_BACKEND") != "torch":
         return True
     return None
+
+
+def _split_tensorflow_cpu() -> None:
+    """TensorFlow's CPU as two logical devices, one op at a time (as on a GPU's compute stream: what the
+    liveness replay models). TensorFlow fixes its devices when its runtime starts, so this runs once,
+    after collection and before any test."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # already initialised: fine if already split
+        if len(tf.config.list_logical_devices("CPU")) < 2:
+            raise
 
 
 def pytest_collection_modifyitems(config, items):
@@ -39,6 +78,26 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" and \
+            any("devices" in getattr(item, "fixturenames", ()) for item in items):
+        _split_tensorflow_cpu()
+
+
+@pytest.fixture(scope="session")
+def devices() -> Devices:
+    """The simulated accelerator and host (TensorFlow's CPU, split before any test ran)."""
+    import tensorflow as tf
+
+    assert len(tf.config.list_logical_devices("CPU")) >= 2, "the CPU was not split at collection"
+    return DEVICES
+
+
+@pytest.fixture
+def lms_options(devices):
+    """Options that put LMS on the two logical CPUs, printing nothing, swapping every candidate (the tests of
+    the swaps themselves; the real-model tests test the default plan)."""
+    return {"device": devices.accelerator, "host_device": devices.host, "min_bytes": 0, "verbose": 0,
+            "n_tensors": -1}
 
 
 @pytest.fixture
@@ -66,3 +125,53 @@ def no_new_threads():
     yield
     left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
     assert not left, f"threads left running: {left}"
+
+
+FIT_SETUP = """
+import keras, numpy as np
+keras.utils.set_random_seed(0)
+x = np.random.rand(256, 3).astype("float32")
+y = (x.sum(axis=1) > 1.5).astype("float32")
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(32, activation="relu"),
+                          keras.layers.Dropout(0.2), keras.layers.Dense(1, activation="sigmoid")])
+model.compile("adam", "binary_crossentropy", metrics=["accuracy"])
+def batches(x, y, n):
+    while True:
+        for start in range(0, len(x) - n + 1, n):
+            yield x[start:start + n], y[start:start + n]
+"""
+
+
+@pytest.fixture
+def fit_shell(shell, devices):
+    """The shell with a small compiled binary classifier ``model``, its data ``x``, ``y`` and a generator
+    function ``batches(x, y, n)``, for ``%%lms_fit`` cells."""
+    assert shell.run_cell(FIT_SETUP).success
+    return shell
+
+
+@pytest.fixture
+def tuning_data():
+    """96 images of 32x32 and their labels, for the tuning tests."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(96, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 96)
+
+
+@pytest.fixture
+def tuning_session(tuning_data, devices):
+    """A TuningSession over the small reference CNN, batch 16, two timed steps a trial, on the split CPU."""
+    from lms_magic.tuning import TuningSession
+    from tests.models import reference_cnn_small
+
+    return TuningSession(reference_cnn_small(), tuning_data, batch_size=16, steps=2, min_bytes=0,
+                         device=devices.accelerator, host_device=devices.host)
+
+
+def state_of(model):
+    """The values of a model's and its optimizer's variables."""
+    import numpy as np
+
+    variables = list(model.variables) + list(model.optimizer.variables)
+    return [np.array(v.numpy(), copy=True) for v in variables]

@@ -103,7 +103,6 @@ def wait_for_idle_kernel(base: str, timeout_s: float = 120) -> None:
     raise AssertionError(f"the kernel did not start within {timeout_s:.0f} s (state {kernel_state(base)!r})")
 
 
-@pytest.mark.slow
 def test_dashboard_renders_in_the_browser(front_end):
     from playwright.sync_api import sync_playwright
 

@@ -1,13 +1,19 @@
-"""%gpumem / %%gpumem through a real InteractiveShell."""
+"""The magics through a real InteractiveShell: %gpumem / %%gpumem, and %%lms_fit's options and outputs."""
 
 import gc
+import json
 import sys
 import threading
 
+import keras
+import numpy as np
 import pytest
 
 from lms_magic.memory.host import rss_bytes
 from lms_magic.results import MemoryReport
+from tests.conftest import DEVICES
+
+ON_CPUS = DEVICES.magic_options
 
 MIB = 2**20
 
@@ -15,6 +21,10 @@ MIB = 2**20
 def run(shell, source):
     result = shell.run_cell(source)
     return result
+
+
+def weights(shell):
+    return [w.copy() for w in shell.user_ns["model"].get_weights()]
 
 
 def test_assignments_persist_and_trailing_value_is_the_result(shell, capsys):
@@ -159,3 +169,61 @@ def test_fifty_cells_leave_no_threads_and_little_memory(shell):
     gc.collect()
     assert threading.active_count() == threads_before
     assert rss_bytes() - rss_before < 20 * MIB
+
+
+
+# -- %%lms_fit: options, outputs, the cell's namespace --------------------------------------------
+def test_the_cell_gets_the_lms_variants_values(fit_shell):
+    start = weights(fit_shell)
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS}\n"
+                            "history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)\nfinal = history.history")
+    lms = result.result.variants[1]
+    assert fit_shell.user_ns["final"]["loss"] == lms.history["loss"]
+    assert any(not np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
+    assert "fit" not in keras.Model.__dict__ and "fit_generator" not in keras.Model.__dict__
+
+
+def test_steps_limits_each_variant(fit_shell):
+    result = fit_shell.run_cell(f"%%lms_fit --compare --steps 5 -q -o {ON_CPUS}\n"
+                            "model.fit(x, y, batch_size=16, epochs=3, verbose=0)")
+    assert [v.steps for v in result.result.variants] == [5, 5]
+
+
+def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp_path):
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS}\nmodel.fit(x, y, batch_size=16, epochs=1, verbose=0)")
+    out = capsys.readouterr().out  # only IPython's display of the returned value, as with %timeit -q -o
+    assert "%%lms_fit:" not in out and "LMS:" not in out and out.startswith("Out[")
+    summary = result.result.to_dict()
+    for variant in summary["variants"]:
+        assert set(variant) >= {"name", "status", "steps", "time_per_step_s", "host_peak_mib",
+                                "host_increment_mib", "gpus", "history", "swapped_bytes_per_step"}
+    assert json.loads(result.result.to_json())["variants"][0]["name"] == "no_lms"
+    lms = summary["variants"][1]
+    assert lms["device_peak_source"] == "predicted" and lms["device_peak_bytes"] > 0
+    assert lms["predicted_device_peak_bytes"] == lms["device_peak_bytes"]
+    page = tmp_path / "comparison.html"
+    result.result.save_html(page)
+    text = page.read_text()
+    assert "lms - no_lms" in text and text.count('class="plotly-graph-div"') == 4
+
+
+@pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),
+                                            ("--steps 0", "--steps 0: must be a whole number >= 1"),
+                                            ("--budget lots", "--budget lots: not a memory size"),
+                                            ("--n-tensors -5", "--n-tensors -5: must be None (planned"),
+                                            ("--min-bytes -1", "--min-bytes -1: must be a whole number >= 0"),
+                                            ("-i inf", "positive, finite number of seconds"),
+                                            ("--device banana", "--device banana: is not a device of this "
+                                                                "process, which has /CPU:0, /CPU:1"),
+                                            ("--host-device /GPU:3", "--host-device /GPU:3: is not a device")])
+def test_bad_options_are_usage_errors(fit_shell, options, words):
+    from IPython.core.error import UsageError
+
+    result = fit_shell.run_cell(f"%%lms_fit {options}\nnot_run = 1")
+    assert isinstance(result.error_in_exec, UsageError) and words in str(result.error_in_exec)
+    assert "not_run" not in fit_shell.user_ns
+
+
+def test_a_cell_without_fit_says_so(fit_shell, capsys):
+    result = fit_shell.run_cell("%%lms_fit -o\nvalue = 3")
+    assert result.result.calls == [] and "called no fit" in str(result.result)

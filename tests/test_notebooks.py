@@ -20,7 +20,6 @@ def run_notebook(name, tmp_path, parameters):
     return notebook
 
 
-@pytest.mark.slow
 def test_gpumem_demo_runs_and_reports(tmp_path, capsys):
     run_notebook("gpumem_demo.ipynb", tmp_path, {"ARRAY_MIB": "32"})
     printed = capsys.readouterr().out
@@ -29,7 +28,6 @@ def test_gpumem_demo_runs_and_reports(tmp_path, capsys):
     assert (tmp_path / "gpumem_demo.html").stat().st_size > 10_000
 
 
-@pytest.mark.slow
 def test_lms_demo_compares_fairly_headless(tmp_path, capsys):
     notebook = run_notebook("lms_demo.ipynb", tmp_path, {"N_ROWS": "2_000"})
     printed = capsys.readouterr().out
@@ -47,7 +45,6 @@ def test_lms_demo_compares_fairly_headless(tmp_path, capsys):
     assert "lms-magic-headline" in page and (tmp_path / "lms_demo.html").stat().st_size < 8 * 2**20
 
 
-@pytest.mark.slow
 def test_large_images_notebook_predicts_a_lower_peak(tmp_path, capsys):
     run_notebook("large_images.ipynb", tmp_path, {"IMAGE_SIZE": "64", "STEPS": "3"})
     line = next(line for line in capsys.readouterr().out.splitlines() if "predicted accelerator peak" in line)

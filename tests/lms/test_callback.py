@@ -1,134 +1,185 @@
-"""The LMS callback on Keras 3 / TensorFlow, proven on two logical CPU devices."""
+"""The ``LMS`` callback's contract with its backend, driven through a scripted fake (lms/fakes.py).
+
+Each test trains a tiny Keras model plainly while the callback drives a fake backend: made once per
+fit, entered around every LMS step, told once that the first step ran, closed however the fit
+ends; the model left with its own train function and train step; the stats filled from the
+backend's report. (tests/lms/tensorflow and tests/lms/torch test the real engines.)
+"""
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from lms_magic import LMS
+from lms_magic.lms.fakes import FakeBackends, FakeFailure
+from lms_magic.lms.train_function import LmsTrainFunction
 
-from . import models
-
-
-
-def train(build, data, callbacks=(), epochs=2, **fit_options):
-    """Builds a fresh seeded model and fits it; returns (model, history)."""
-    model = build()
-    keras.utils.set_random_seed(7)
-    x, y = data() if callable(data) else data
-    history = model.fit(x, y, epochs=epochs, verbose=0, callbacks=list(callbacks), **fit_options)
-    return model, history
+STEPS = 4  # batches of 8 from 32 rows
 
 
-def assert_same_training(plain, lms):
-    """Bit-identical losses and weights: the README's claim, with no tolerance."""
-    (plain_model, plain_history), (lms_model, lms_history) = plain, lms
-    plain_loss, lms_loss = np.array(plain_history.history["loss"]), np.array(lms_history.history["loss"])
-    assert np.array_equal(lms_loss, plain_loss), (plain_loss, lms_loss)
-    for before, after in zip(plain_model.get_weights(), lms_model.get_weights()):
-        assert np.array_equal(after, before)
+def tiny_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((4,), name="features"), keras.layers.Dense(8, activation="relu", name="hidden"),
+                              keras.layers.Dense(1, name="out")])
+    model.compile("sgd", "mse")
+    return model
 
 
-class Batches(keras.utils.PyDataset):
-    def __init__(self, x, y, batch_size):
+def fit(model, callbacks=(), epochs=1):
+    rng = np.random.default_rng(0)
+    return model.fit(rng.random((8 * STEPS, 4), dtype="float32"), rng.random(8 * STEPS, dtype="float32"),
+                     batch_size=8, epochs=epochs, verbose=0, shuffle=False, callbacks=list(callbacks))
+
+
+def assert_plain(model):
+    assert "train_step" not in model.__dict__
+    assert not LmsTrainFunction.is_in(model)
+
+
+class FailAt(keras.callbacks.Callback):
+    """Raises ``error`` at the end of batch ``batch``."""
+
+    def __init__(self, batch, error):
         super().__init__()
-        self.x, self.y, self.batch_size = x, y, batch_size
+        self.batch, self.error = batch, error
 
-    def __len__(self):
-        return len(self.x) // self.batch_size
-
-    def __getitem__(self, index):
-        part = slice(index * self.batch_size, (index + 1) * self.batch_size)
-        return self.x[part], self.y[part]
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            raise self.error
 
 
-def generator(x, y, batch_size):
-    while True:
-        for start in range(0, len(x) - batch_size + 1, batch_size):
-            yield x[start:start + batch_size], y[start:start + batch_size]
+def test_one_backend_per_fit_entered_at_every_step_and_told_once_of_the_first():
+    backends = FakeBackends()
+    callback = LMS(backend=backends, verbose=0)
+    model = tiny_model()
+    fit(model, [callback], epochs=2)
+    (backend,) = backends.made
+    assert backend.events == (["begin", "train_step"] + ["step", "first_step_done", "summary_line"]
+                              + ["step"] * (2 * STEPS - 1) + ["close"])
+    assert backend.model is model and backend.options is callback.options
+    assert callback.stats.steps == 2 * STEPS and callback.stats.active
+    assert callback.stats.swapped_tensors == 2 and callback.stats.candidates == 4  # the backend's report
+    assert_plain(model)
 
 
-CASES = {
-    "sequential cnn, numpy": (models.reference_cnn, lambda: models.images(64, 64), dict(batch_size=32, shuffle=False)),
-    "functional residual, batchnorm, dropout": (models.residual_bn_dropout, lambda: models.images(64, 32),
-                                                dict(batch_size=16, shuffle=False)),
-    "subclassed, custom train_step": (models.custom_step, lambda: models.images(64, 32), dict(batch_size=16,
-                                                                                              shuffle=False)),
-    "validation data and class weights": (models.residual_bn_dropout, lambda: models.images(64, 32),
-                                          dict(batch_size=16, shuffle=False, validation_data=models.images(32, 32, 1),
-                                               class_weight={i: 1.0 + i / 10 for i in range(10)})),
-}
+def test_the_same_callback_serves_a_second_fit_from_fresh_stats():
+    backends = FakeBackends()
+    callback = LMS(backend=backends, verbose=0)
+    model = tiny_model()
+    fit(model, [callback])
+    first = callback.stats
+    fit(model, [callback])
+    assert len(backends.made) == 2 and callback.stats is not first and callback.stats.steps == STEPS
+    assert all(backend.events[-1] == "close" for backend in backends.made)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_same_losses_and_weights_with_and_without_lms(case, lms_options):
-    build, data, options = CASES[case]
-    callback = LMS(**lms_options)
-    lms = train(build, data, [callback], **options)
-    assert callback.stats["swapped_tensors"] > 0
-    assert_same_training(train(build, data, **options), lms)
+def test_a_plain_fit_after_an_lms_fit_trains_plainly():
+    backends = FakeBackends()
+    callback = LMS(backend=backends, verbose=0)
+    model = tiny_model()
+    fit(model, [callback])
+    fit(model)
+    assert backends.made[0].events.count("step") == STEPS and callback.stats.steps == STEPS
+    assert_plain(model)
 
 
-@pytest.mark.parametrize("source", ["tf.data", "generator", "PyDataset"])
-def test_same_training_from_every_data_source(source, lms_options):
-    x, y = models.images(64, 32)
-    if source == "tf.data":
-        make = lambda: (tf.data.Dataset.from_tensor_slices((x, y)).batch(16), None)  # noqa: E731
-        options = {}
-    elif source == "generator":
-        make = lambda: (generator(x, y, 16), None)  # noqa: E731
-        options = {"steps_per_epoch": 4}
-    else:
-        make = lambda: (Batches(x, y, 16), None)  # noqa: E731
-        options = {}
-    callback = LMS(**lms_options)
-    lms = train(models.residual_bn_dropout, make, [callback], **options)
-    assert callback.stats["swapped_tensors"] > 0
-    assert_same_training(train(models.residual_bn_dropout, make, **options), lms)
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_fit_another_callback_ends_leaves_the_model_plain_and_is_closed_by_the_next(error):
+    backends = FakeBackends()
+    callback = LMS(backend=backends, verbose=0)
+    model = tiny_model()
+    with pytest.raises(error):
+        fit(model, [callback, FailAt(1, error())])
+    history = fit(model)  # the next plain fit trains plainly
+    assert len(history.history["loss"]) == 1 and backends.made[0].events.count("step") == 2
+    assert_plain(model)
+    fit(model, [callback])  # Keras tells callbacks nothing of a fit that raised: the next LMS fit closes it
+    assert [backend.events.count("close") for backend in backends.made] == [1, 1]
 
 
-def test_mixed_precision(lms_options):
-    keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        callback = LMS(**lms_options)
-        lms = train(models.residual_bn_dropout, lambda: models.images(64, 32), [callback], batch_size=16,
-                    shuffle=False)
-        plain = train(models.residual_bn_dropout, lambda: models.images(64, 32), batch_size=16, shuffle=False)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    def elements(shape):
-        return int(np.prod(shape))
+class Interrupting(FakeBackends):
+    """Fake backends whose second step is interrupted, as Ctrl-C in the middle of a step would."""
 
-    # activations were swapped at 2 bytes per element: the float16 compute dtype, not float32
-    assert any(row["bytes"] == 2 * elements(row["shape"]) for row in callback.stats["plan"])
-    assert_same_training(plain, lms)
+    def __call__(self, model, options, stats):
+        backend = super().__call__(model, options, stats)
+        entered = backend.step_scope
 
+        def step_scope():
+            if backend.events.count("step") == 1:
+                raise KeyboardInterrupt
+            return entered()
 
-def test_mirrored_strategy_on_two_logical_cpus(lms_options):
-    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
-
-    def build():
-        with strategy.scope():
-            return models.residual_bn_dropout()
-
-    callback = LMS(**lms_options)
-    lms = train(build, lambda: models.images(64, 32), [callback], batch_size=16, shuffle=False)
-    records = callback.stats["records"]
-    assert {r.swap_out.split("/")[0] for r in records} >= {"lms_swap_out"}
-    assert len(records) == callback.stats["swapped_tensors"] > 0
-    assert_same_training(train(build, lambda: models.images(64, 32), batch_size=16, shuffle=False), lms)
+        backend.step_scope = step_scope
+        return backend
 
 
-def test_recurrent_layer_is_named_and_left_alone(lms_options):
-    def build():
-        keras.utils.set_random_seed(5)
-        model = keras.Sequential([keras.Input((12, 8)), keras.layers.Dense(32, activation="relu", name="embed"),
-                                  keras.layers.LSTM(16, name="memory"), keras.layers.Dense(10)])
-        return models.compiled(model)
+def test_an_interrupt_inside_a_step_closes_the_backend_at_once():
+    backends = Interrupting()
+    model = tiny_model()
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, [LMS(backend=backends, verbose=0)])
+    assert backends.made[0].events[-1] == "close"
+    assert_plain(model)
 
-    data = (np.random.default_rng(0).random((32, 12, 8), dtype="float32"), np.arange(32) % 10)
-    callback = LMS(**lms_options)
-    lms = train(build, data, [callback], batch_size=8, shuffle=False)
-    assert any("'memory'" in note for note in callback.stats["notes"])
-    assert all(row["layer"] != "memory" for row in callback.stats["plan"])
-    assert_same_training(train(build, data, batch_size=8, shuffle=False), lms)
+
+@pytest.mark.parametrize("point", ["begin", "train_step", "step", "first_step_done", "summary_line"])
+def test_a_backend_that_fails_leaves_the_model_as_it_was(point):
+    backends = FakeBackends(fail_at=point)
+    model = tiny_model()
+    weights = [w.copy() for w in model.get_weights()]
+    with pytest.raises(FakeFailure, match=point):
+        fit(model, [LMS(backend=backends, verbose=0)])
+    if point == "step":  # raised inside the step: closed at once
+        assert backends.made[0].events[-1] == "close"
+    if point in ("begin", "train_step", "step"):  # before any step ran: not a weight changed
+        assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
+    assert_plain(model)
+    fit(model)  # and it trains plainly
+
+
+def test_n_tensors_zero_turns_lms_off_without_a_backend():
+    backends = FakeBackends()
+    callback = LMS(n_tensors=0, backend=backends, verbose=1)
+    fit(tiny_model(), [callback])
+    assert backends.made == [] and not callback.stats.active and "n_tensors=0" in callback.stats.reason
+    assert callback.summary() == "LMS: inactive (n_tensors=0: LMS is off)"
+
+
+def test_the_summary_is_printed_once_when_training_starts(capsys):
+    fit(tiny_model(), [LMS(backend=FakeBackends(), verbose=1)], epochs=2)
+    assert capsys.readouterr().out.count("LMS (fake): 2 of 4 tensors") == 1
+    fit(tiny_model(), [LMS(backend=FakeBackends(), verbose=0)])
+    assert capsys.readouterr().out == ""
+
+
+def test_names_that_match_no_layer_are_said():
+    callback = LMS(include_layers="dense_x", exclude_types=["Conv2d"], backend=FakeBackends(), verbose=0)
+    fit(tiny_model(), [callback])
+    assert "include_layers names no layer of the model: 'dense_x'" in callback.stats.notes
+    assert "exclude_types names no layer type of the model: 'Conv2d'" in callback.stats.notes
+    named = LMS(include_layers="hidden", include_types="Dense", backend=FakeBackends(), verbose=0)
+    fit(tiny_model(), [named])
+    assert not [note for note in named.stats.notes if "names no" in note]
+
+
+def test_swaps_that_raise_the_executed_graphs_peak_are_dropped_after_the_first_step():
+    report = {"candidates": 4, "swapped_tensors": 3, "swapped_bytes_per_step": 300,
+              "device_peak_bytes": 2000, "device_peak_bytes_without_lms": 1500, "peak_source": "predicted",
+              "prediction_source": "executed partition graphs", "plan_rule": "lowest predicted peak"}
+    backends = FakeBackends(report=report)
+    callback = LMS(backend=backends, verbose=0)
+    model = tiny_model()
+    fit(model, [callback])
+    stats = callback.stats
+    assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0 and stats.device_peak_bytes == 1500
+    assert any("no tensor is swapped after the first step" in note for note in stats.notes)
+    assert stats.steps == 1 and backends.made[0].events.count("step") == 1  # the rest trained plainly
+    assert_plain(model)
+
+
+def test_an_explicit_count_is_never_dropped():
+    report = {"swapped_tensors": 3, "device_peak_bytes": 2000, "device_peak_bytes_without_lms": 1500,
+              "prediction_source": "executed partition graphs", "plan_rule": "first 3"}
+    callback = LMS(n_tensors=3, backend=FakeBackends(report=report), verbose=0)
+    fit(tiny_model(), [callback])
+    assert callback.stats.swapped_tensors == 3 and callback.stats.steps == STEPS

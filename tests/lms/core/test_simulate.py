@@ -1,6 +1,8 @@
+"""The liveness replay (pure): peaks, aliasing, in-place kernels, swaps, and the peak's buffers."""
+
 import pytest
 
-from lms_magic.lms.simulate import GraphCycleError, Node, Swap, execution_order, replay, with_swaps
+from lms_magic.lms.core.simulate import GraphCycleError, Node, Swap, execution_order, replay, with_swaps
 
 
 def chain(*sizes):

@@ -1,4 +1,4 @@
-"""Small models of every kind the LMS tests train (built fresh, seeded)."""
+"""Small models of every kind the tests train (built fresh, seeded), and their data."""
 
 import keras
 import numpy as np
@@ -40,12 +40,12 @@ def residual_bn_dropout():
     return compiled(keras.Model(inputs, keras.layers.Dense(10)(x)))
 
 
-class CustomStep(keras.Model):
-    """Subclassed, with its own train_step."""
+class SmallCnn(keras.Model):
+    """Subclassed: three Conv2D 3x3 layers with ReLU, global pooling, Dense."""
 
-    def __init__(self):
+    def __init__(self, filters=16):
         super().__init__()
-        self.convs = [keras.layers.Conv2D(16, 3, padding="same", activation="relu") for _ in range(3)]
+        self.convs = [keras.layers.Conv2D(filters, 3, padding="same", activation="relu") for _ in range(3)]
         self.pool = keras.layers.GlobalAveragePooling2D()
         self.head = keras.layers.Dense(10)
 
@@ -53,6 +53,10 @@ class CustomStep(keras.Model):
         for conv in self.convs:
             x = conv(x)
         return self.head(self.pool(x))
+
+
+class CustomStep(SmallCnn):
+    """Subclassed, with its own train_step."""
 
     def train_step(self, data):
         import tensorflow as tf

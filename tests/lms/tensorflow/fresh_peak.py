@@ -8,7 +8,7 @@ fresh and 8.9-13.6 MiB after the other models), and a test that measures in
 the pytest process depends on the tests before it. Here the only history is
 the model's own warm-up.
 
-Run as ``python -m tests.lms.fresh_peak NAME``; prints the peak in bytes.
+Run as ``python -m tests.lms.tensorflow.fresh_peak NAME``; prints the peak in bytes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ MODELS = ("reference cnn", "residual", "subclassed")
 
 def measure(name: str) -> int:
     """Starts a fresh interpreter that measures model ``name`` (one of MODELS)."""
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-m", "tests.lms.fresh_peak", name], cwd=root, capture_output=True,
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-m", "tests.lms.tensorflow.fresh_peak", name], cwd=root, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
     if done.returncode != 0:
         raise RuntimeError(f"measuring {name!r} failed:\n{done.stderr[-3000:]}")
@@ -33,10 +33,12 @@ def measure(name: str) -> int:
 
 
 def _measure_here(name: str) -> int:
-    from . import conftest  # noqa: F401  two logical CPUs, one inter-op thread, as in the tests
+    from tests.conftest import _split_tensorflow_cpu
+
+    _split_tensorflow_cpu()  # two logical CPUs, one inter-op thread, as in the tests
     import tensorflow as tf
 
-    from . import models
+    from tests import models
 
     build, (x, y) = {"reference cnn": (models.reference_cnn, models.images(64, 64)),
                      "residual": (models.residual_bn_dropout, models.images(64, 32)),

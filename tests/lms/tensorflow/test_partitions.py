@@ -2,8 +2,8 @@
 
 from types import SimpleNamespace
 
-from lms_magic.lms.partitions import nodes_from_partitions
-from lms_magic.lms.simulate import replay
+from lms_magic.lms.core.simulate import replay
+from lms_magic.lms.tensorflow.partitions import nodes_from_partitions
 
 DEV, HOST = "/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:CPU:0"
 

@@ -1,0 +1,269 @@
+"""LMS on Keras 3 / TensorFlow, on two logical CPU devices (the ``devices`` fixture): the same math with
+and without it on every kind of model and data, the options' effect on what is swapped, budgets, the
+swaps TensorFlow executes, and what the stats and the summary say."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lms_magic import LMS
+from lms_magic.lms.core.plan import BudgetError
+from lms_magic.lms.tensorflow.predict import variables_bytes
+from tests import models
+
+
+def train(build, data, callbacks=(), epochs=2, **fit_options):
+    """Builds a fresh seeded model and fits it; returns (model, history)."""
+    model = build()
+    keras.utils.set_random_seed(7)
+    x, y = data() if callable(data) else data
+    history = model.fit(x, y, epochs=epochs, verbose=0, callbacks=list(callbacks), **fit_options)
+    return model, history
+
+
+def assert_same_training(plain, lms):
+    """Bit-identical losses and weights: the README's claim, with no tolerance."""
+    (plain_model, plain_history), (lms_model, lms_history) = plain, lms
+    plain_loss, lms_loss = np.array(plain_history.history["loss"]), np.array(lms_history.history["loss"])
+    assert np.array_equal(lms_loss, plain_loss), (plain_loss, lms_loss)
+    for before, after in zip(plain_model.get_weights(), lms_model.get_weights()):
+        assert np.array_equal(after, before)
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, x, y, batch_size):
+        super().__init__()
+        self.x, self.y, self.batch_size = x, y, batch_size
+
+    def __len__(self):
+        return len(self.x) // self.batch_size
+
+    def __getitem__(self, index):
+        part = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        return self.x[part], self.y[part]
+
+
+def generator(x, y, batch_size):
+    while True:
+        for start in range(0, len(x) - batch_size + 1, batch_size):
+            yield x[start:start + batch_size], y[start:start + batch_size]
+
+
+CASES = {
+    "sequential cnn, numpy": (models.reference_cnn_small, lambda: models.images(64, 32),
+                              dict(batch_size=32, shuffle=False)),
+    "functional residual, batchnorm, dropout": (models.residual_bn_dropout, lambda: models.images(64, 32),
+                                                dict(batch_size=16, shuffle=False)),
+    "subclassed, custom train_step": (models.custom_step, lambda: models.images(64, 32), dict(batch_size=16,
+                                                                                              shuffle=False)),
+    "validation data and class weights": (models.residual_bn_dropout, lambda: models.images(64, 32),
+                                          dict(batch_size=16, shuffle=False, validation_data=models.images(32, 32, 1),
+                                               class_weight={i: 1.0 + i / 10 for i in range(10)})),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_same_losses_and_weights_with_and_without_lms(case, lms_options):
+    build, data, options = CASES[case]
+    callback = LMS(**lms_options)
+    lms = train(build, data, [callback], **options)
+    assert callback.stats.swapped_tensors > 0 and callback.stats.steps == 2 * 64 // options["batch_size"]
+    assert_same_training(train(build, data, **options), lms)
+
+
+@pytest.mark.parametrize("source", ["tf.data", "generator", "PyDataset"])
+def test_same_training_from_every_data_source(source, lms_options):
+    x, y = models.images(64, 32)
+    if source == "tf.data":
+        make = lambda: (tf.data.Dataset.from_tensor_slices((x, y)).batch(16), None)  # noqa: E731
+        options = {}
+    elif source == "generator":
+        make = lambda: (generator(x, y, 16), None)  # noqa: E731
+        options = {"steps_per_epoch": 4}
+    else:
+        make = lambda: (Batches(x, y, 16), None)  # noqa: E731
+        options = {}
+    callback = LMS(**lms_options)
+    lms = train(models.residual_bn_dropout, make, [callback], **options)
+    assert callback.stats.swapped_tensors > 0
+    assert_same_training(train(models.residual_bn_dropout, make, **options), lms)
+
+
+def test_mixed_precision(lms_options):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        callback = LMS(**lms_options)
+        lms = train(models.residual_bn_dropout, lambda: models.images(64, 32), [callback], batch_size=16,
+                    shuffle=False)
+        plain = train(models.residual_bn_dropout, lambda: models.images(64, 32), batch_size=16, shuffle=False)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    # activations were swapped at 2 bytes per element: the float16 compute dtype, not float32
+    assert any(row["bytes"] == 2 * int(np.prod(row["shape"])) for row in callback.stats.plan)
+    assert_same_training(plain, lms)
+
+
+def test_mirrored_strategy_on_two_logical_cpus(lms_options):
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
+
+    def build():
+        with strategy.scope():
+            return models.residual_bn_dropout()
+
+    callback = LMS(**lms_options)
+    lms = train(build, lambda: models.images(64, 32), [callback], batch_size=16, shuffle=False)
+    records = callback.stats.records
+    assert {r.swap_out.split("/")[0] for r in records} >= {"lms_swap_out"}
+    assert len(records) == callback.stats.swapped_tensors > 0
+    assert_same_training(train(build, lambda: models.images(64, 32), batch_size=16, shuffle=False), lms)
+
+
+def test_recurrent_layer_is_named_and_left_alone(lms_options):
+    def build():
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((12, 8)), keras.layers.Dense(32, activation="relu", name="embed"),
+                                  keras.layers.LSTM(16, name="memory"), keras.layers.Dense(10)])
+        return models.compiled(model)
+
+    data = (np.random.default_rng(0).random((32, 12, 8), dtype="float32"), np.arange(32) % 10)
+    callback = LMS(**lms_options)
+    lms = train(build, data, [callback], batch_size=8, shuffle=False)
+    assert any("'memory'" in note for note in callback.stats.notes)
+    assert all(row["layer"] != "memory" for row in callback.stats.plan)
+    assert_same_training(train(build, data, batch_size=8, shuffle=False), lms)
+
+
+def fit(model, callbacks=(), epochs=1, **options):
+    x, y = models.images(64, 32)
+    return model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, shuffle=False, callbacks=list(callbacks),
+                     **options)
+
+
+def where(plan):  # tensor names differ between two model instances; layer types and shapes do not
+    return [(row["layer_type"], row["shape"]) for row in plan]
+
+
+@pytest.fixture(scope="module")
+def everything(devices):
+    """The residual model with every candidate swapped: the plan the option tests compare with."""
+    callback = LMS(device=devices.accelerator, host_device=devices.host, min_bytes=0, verbose=0, n_tensors=-1)
+    fit(models.residual_bn_dropout(), [callback])
+    return callback.stats
+
+
+def test_n_tensors_swaps_the_first_n_in_every_fit_of_the_callback(lms_options, everything):
+    first_two = LMS(**{**lms_options, "n_tensors": 2})
+    model = models.residual_bn_dropout()
+    for _ in range(2):  # the same callback, a second fit: planned and swapped again
+        fit(model, [first_two])
+        assert first_two.stats.swapped_tensors == 2 and first_two.stats.plan_rule == "first 2"
+        assert where(first_two.stats.plan) == where(everything.plan)[:2]
+
+
+def test_min_bytes_and_layer_filters(lms_options, everything):
+    big_only = LMS(**{**lms_options, "min_bytes": 64 * 1024})
+    fit(models.residual_bn_dropout(), [big_only])
+    assert big_only.stats.plan and all(row["bytes"] >= 64 * 1024 for row in big_only.stats.plan)
+    assert len(big_only.stats.plan) < len(everything.plan)
+    model = models.residual_bn_dropout()
+    conv = next(layer.name for layer in model.layers if isinstance(layer, keras.layers.Conv2D))
+    only_one = LMS(**{**lms_options, "include_layers": conv, "exclude_types": "Dense"})
+    fit(model, [only_one])
+    assert only_one.stats.plan and {row["layer"] for row in only_one.stats.plan} == {conv}
+
+
+def test_budget_swaps_the_fewest_that_fit(lms_options):
+    everything = LMS(**lms_options)
+    fit(models.reference_cnn_small(), [everything])
+    low, high = everything.stats.traced_device_peaks[0], everything.stats.traced_device_peaks[1]
+    budget = (low + high) // 2
+    callback = LMS(budget=budget, **lms_options)
+    fit(models.reference_cnn_small(), [callback])
+    assert 0 < callback.stats.swapped_tensors < everything.stats.swapped_tensors
+    assert callback.stats.plan_rule == "budget" and callback.stats.budget_bytes == budget
+    assert callback.stats.traced_device_peaks[0] <= budget  # planned on the traced graph
+    assert callback.stats.device_peak_bytes <= budget * 1.1  # the executed graph's replay
+
+
+@pytest.mark.parametrize("above_weights, words", [
+    (None, "weights and optimizer state alone take .* LMS swaps activations, not weights"),  # as %lms_tune says
+    (1024, "lowest predicted device peak of any plan tried is .* above the budget"),
+])
+def test_impossible_budget_fails_before_training_and_keeps_the_model(lms_options, above_weights, words):
+    model = models.reference_cnn_small()
+    weights = [w.copy() for w in model.get_weights()]
+    budget = 1024 if above_weights is None else variables_bytes(model) + above_weights
+    with pytest.raises(BudgetError, match=words):
+        fit(model, [LMS(budget=budget, **lms_options)])
+    assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
+    assert "train_step" not in model.__dict__
+    fit(model)  # plain training still works
+
+
+@pytest.fixture(scope="module")
+def reference(devices):
+    """The reference CNN (12 Conv2D, 64x64, batch 32) trained with every candidate swapped."""
+    callback = LMS(device=devices.accelerator, host_device=devices.host, min_bytes=0, verbose=1, n_tensors=-1)
+    model = models.reference_cnn()
+    x, y = models.images(64, 64)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    return callback
+
+
+def test_every_planned_swap_is_executed_on_the_host(reference, devices):
+    executed = {node.name: node for graph in reference.stats.partition_graphs for node in graph.node}
+    records = reference.stats.records
+    assert len(records) == reference.stats.swapped_tensors >= 12
+    host = tf.DeviceSpec.from_string(devices.host)
+    for record in records:
+        for name in (record.swap_out, record.swap_in):
+            matches = [node for full, node in executed.items() if full.endswith("/" + name) or full == name]
+            assert matches, f"{name} was removed before execution"
+            assert all(tf.DeviceSpec.from_string(n.device).device_index == host.device_index for n in matches)
+            assert all(n.op in ("EnsureShape", "Snapshot") for n in matches)
+
+
+def test_reference_cnn_peak_is_at_least_halved(reference):
+    stats = reference.stats
+    assert stats.prediction_source == "executed partition graphs"
+    assert stats.device_peak_bytes <= 0.5 * stats.device_peak_bytes_without_lms
+
+
+def test_stats_and_summary_say_what_was_swapped_and_the_predicted_peaks(reference, devices):
+    stats = reference.stats
+    assert stats.swapped_bytes_per_step == sum(row["bytes"] for row in stats.plan)
+    assert set(stats.plan[0]) >= {"layer", "layer_type", "shape", "bytes", "lb", "trigger"}
+    assert stats.backend == "tensorflow" and stats.peak_source == "predicted" and stats.lb_counts == "backward ops"
+    assert stats.predicted_device_peak_bytes == stats.device_peak_bytes and stats.measured_device_peak_bytes is None
+    assert stats.peak["bytes"] == stats.device_peak_bytes == sum(stats.peak["by_kind"].values())
+    summary = reference.summary()
+    assert summary.startswith(f"LMS: swapping {stats.swapped_tensors} of {stats.candidates} tensors")
+    assert f"predicted {devices.accelerator} peak" in summary and "MiB without (executed partition graphs)" in summary
+
+
+def test_outside_the_supported_versions_lms_refuses_before_changing_anything(lms_options, monkeypatch):
+    from lms_magic import compat
+
+    monkeypatch.setitem(compat.SUPPORTED, "keras", ("3.0", "3.1"))
+    model = models.residual_bn_dropout()
+    with pytest.raises(RuntimeError, match=r"keras 3\.\d+\.\d+ \(supported: 3\.0 to 3\.1\)\. Install a supported "
+                                           r"version, or set LMS_MAGIC_SKIP_VERSION_CHECK=1"):
+        fit(model, [LMS(**lms_options)])
+    assert "train_step" not in model.__dict__
+    monkeypatch.setenv("LMS_MAGIC_SKIP_VERSION_CHECK", "1")
+    callback = LMS(**lms_options)
+    fit(model, [callback])
+    assert callback.stats.swapped_tensors > 0
+
+
+def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_again(lms_options):
+    """Keras traces the train step twice when the first trace creates variables (Adam's slots here)."""
+    model = models.residual_bn_dropout()
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callback = LMS(**{**lms_options, "n_tensors": None})
+    fit(model, [callback])
+    swap_ins = [node.name for graph in callback.stats.partition_graphs for node in graph.node
+                if node.op == "Snapshot" and "lms_swap_in/" in node.name]
+    assert len(swap_ins) == callback.stats.swapped_tensors > 0  # the graph that ran swaps what was planned
+    assert all(any(name.endswith(record.swap_in) for name in swap_ins) for record in callback.stats.records)

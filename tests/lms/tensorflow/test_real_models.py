@@ -1,0 +1,212 @@
+"""LMS on architectures nobody in this project wrote, trained as a user would, on the two logical CPUs.
+
+``make test`` trains each architecture once, at the smallest size that still has its kind of layers,
+built by keras.applications' own builders (``keras.src.applications``: ResNet50's bottleneck blocks in
+three stages of one block, DenseNet121's dense blocks two deep, EfficientNetB0's first four stages of
+MBConv blocks, one block each), MobileNetV3Small whole, and a Transformer; 32x32 images (the smallest these models take),
+batch 4. Which model shows what:
+
+- every one: the default plan is never predicted above no LMS, and its peak is explained (phase, op,
+  bytes by kind adding up, the largest tensors); with every candidate swapped the losses and weights
+  are bit-identical to a plain fit (two steps, so the optimizer's state is read back too);
+- MobileNetV3Small (hard-swish) and the Transformer (GELU): the two where they are not, and the
+  README says so (the first step's loss identical, weights within the tolerance below);
+- SGD with momentum on ResNet, DenseNet and MobileNetV3Small, Adam on EfficientNet and the Transformer.
+
+``make test-all`` (marker ``release``) trains the full-size keras.applications models (MobileNetV2,
+ResNet50, DenseNet121, EfficientNetB0, MobileNetV3Small) and the Transformer, at 64x64, batch 8,
+three steps, with both optimizers.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+from lms_magic import LMS
+from lms_magic.lms.core.plan import Selection
+from lms_magic.lms.tensorflow.predictor import StepPredictor
+from tests.conftest import DEVICES
+
+OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(0.01, momentum=0.9), "adam": lambda: keras.optimizers.Adam(1e-3)}
+
+
+def application(name, size):
+    def build():
+        keras.utils.set_random_seed(5)
+        return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
+                                                 classifier_activation=None)
+
+    build.__name__ = name
+    return build
+
+
+def reduced(name, size=32):
+    """keras.applications' own builder of ``name`` at a reduced depth (its blocks and layers unchanged)."""
+    from keras.src.applications import densenet, efficientnet, resnet
+
+    def build():
+        keras.utils.set_random_seed(5)
+        options = dict(weights=None, input_shape=(size, size, 3), classes=10, classifier_activation=None)
+        if name == "resnet":
+            def stacks(x):
+                x = resnet.stack_residual_blocks_v1(x, 64, 1, stride1=1, name="conv2")
+                x = resnet.stack_residual_blocks_v1(x, 128, 1, name="conv3")
+                return resnet.stack_residual_blocks_v1(x, 256, 1, name="conv4")
+
+            return resnet.ResNet(stacks, False, True, name="resnet", **options)
+        if name == "densenet":
+            return densenet.DenseNet([2, 2, 2, 2], name="densenet", **options)
+        return efficientnet.EfficientNet(1.0, 0.1, 224, blocks_args=efficientnet.DEFAULT_BLOCKS_ARGS[:4],
+                                         name="efficientnet", **options)  # its first four stages, a block each
+
+    build.__name__ = name
+    return build
+
+
+def transformer(length=32, vocabulary=1000, width=64, blocks=2):
+    def build():
+        keras.utils.set_random_seed(6)
+        tokens = keras.Input((length,), dtype="int32")
+        x = keras.layers.Embedding(vocabulary, width)(tokens)
+        for _ in range(blocks):
+            attended = keras.layers.MultiHeadAttention(num_heads=4, key_dim=width // 4)(x, x)
+            x = keras.layers.LayerNormalization()(x + attended)
+            fed = keras.layers.Dense(width)(keras.layers.Dense(4 * width, activation="gelu")(x))
+            x = keras.layers.LayerNormalization()(x + fed)
+        outputs = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x))
+        return keras.Model(tokens, outputs, name="transformer")
+
+    build.__name__ = "transformer"
+    return build
+
+
+# Where LMS is not bit-identical (README, "Values are only copied"): bisected to swapping MobileNetV3Small's
+# first BatchNormalization output (before its hard-swish) and the Transformer's GELU intermediate; why is not
+# found. The relative tolerance on the weights after the last step; the first step's loss is identical.
+NOT_BIT_IDENTICAL = {"MobileNetV3Small": 5e-5, "transformer": 1e-5}
+
+
+class Case:
+    """One architecture, optimizer, input size, batch and number of steps."""
+
+    def __init__(self, build, optimizer, batch=4, steps=2):
+        self.build, self.optimizer, self.batch, self.steps = build, optimizer, batch, steps
+        self.name = build.__name__
+        self.id = f"{self.name}-{optimizer}"
+
+    def model(self):
+        model = self.build()
+        model.compile(OPTIMIZERS[self.optimizer](), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    def data(self, model, steps):
+        rng = np.random.default_rng(0)
+        n = self.batch * steps
+        shape = tuple(model.inputs[0].shape[1:])
+        if model.inputs[0].dtype.startswith("int"):
+            x = rng.integers(0, 1000, (n,) + shape).astype("int32")
+        else:
+            x = rng.random((n,) + shape, dtype="float32")
+        return x, rng.integers(0, 10, n)
+
+    def fit(self, callback=None, steps=None):
+        """A fresh model trained ``steps`` steps; returns (model, per-step losses, weights as one vector)."""
+        model = self.model()
+        losses = StepLosses()
+        model.fit(*self.data(model, steps or self.steps), batch_size=self.batch, epochs=1, verbose=0, shuffle=False,
+                  callbacks=[losses] + ([callback] if callback else []))
+        return model, losses.values, np.concatenate([w.ravel() for w in model.get_weights()])
+
+
+class StepLosses(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.values = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.values.append(float(logs["loss"]))
+
+
+QUICK = [Case(reduced("resnet"), "sgd"), Case(reduced("densenet"), "sgd"), Case(reduced("efficientnet"), "adam"),
+         Case(application("MobileNetV3Small", 32), "sgd"), Case(transformer(), "adam")]
+FULL = [Case(application(name, 64), optimizer, batch=8, steps=3)
+        for name in ("MobileNetV2", "ResNet50", "DenseNet121", "EfficientNetB0", "MobileNetV3Small")
+        for optimizer in sorted(OPTIMIZERS)] + [Case(transformer(), optimizer, 8, 3) for optimizer in sorted(OPTIMIZERS)]
+CASES = [pytest.param(case, id=case.id) for case in QUICK] + \
+        [pytest.param(case, id="full-" + case.id, marks=pytest.mark.release) for case in FULL]
+
+
+def train_three_ways(case: Case) -> dict:
+    """The case trained plainly, with every candidate swapped, and with the default plan."""
+    swap_all = LMS(device=DEVICES.accelerator, host_device=DEVICES.host, verbose=0, n_tensors=-1, min_bytes=0)
+    default = LMS(device=DEVICES.accelerator, host_device=DEVICES.host, verbose=0)  # as a user would
+    model, _, _ = case.fit(default, steps=1)
+    _, swapped_losses, swapped_weights = case.fit(swap_all)
+    return {"case": case, "plain": case.fit(), "swap_all": (swap_all.stats, swapped_losses, swapped_weights),
+            "default": (default.stats, model)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_lms_on_a_real_architecture(case, devices):
+    """One test a case, so that its three fits are made once (make test runs the tests in parallel)."""
+    trained = train_three_ways(case)
+    check_lms_trains_as_without_it(trained)
+    check_the_default_plan_is_never_worse_than_no_lms(trained)
+
+
+def check_lms_trains_as_without_it(trained):
+    """Every candidate swapped: the same losses and weights as a plain fit, to the bit (or within the README's
+    stated tolerance, on the two models where it says so)."""
+    case = trained["case"]
+    _, plain_losses, plain_weights = trained["plain"]
+    stats, lms_losses, lms_weights = trained["swap_all"]
+    assert stats.swapped_tensors == stats.candidates > 0 and stats.steps == case.steps
+    tolerance = NOT_BIT_IDENTICAL.get(case.name)
+    if tolerance is None:
+        assert lms_losses == plain_losses
+        assert np.array_equal(plain_weights, lms_weights)
+    else:
+        assert lms_losses[0] == plain_losses[0]  # the first step's forward pass is the same to the bit
+        assert np.linalg.norm(lms_weights - plain_weights) <= tolerance * np.linalg.norm(plain_weights)
+
+
+def check_the_default_plan_is_never_worse_than_no_lms(trained):
+    stats, model = trained["default"]
+    optimizer = trained["case"].optimizer
+    assert stats.active and stats.plan_rule == "lowest predicted peak"
+    with_lms, without_lms = stats.traced_device_peaks  # what the plan was chosen on
+    assert with_lms <= without_lms
+    if stats.swapped_tensors == 0:  # said why: no plan helps on the traced graph, or not on the executed one
+        assert any("no swap lowers the predicted peak" in note or "no tensor is swapped after the first step" in note
+                   for note in stats.notes), stats.notes
+    # the replay of the graphs TensorFlow executed (after Grappler and placement): what stats report
+    assert stats.prediction_source == "executed partition graphs"
+    assert stats.device_peak_bytes <= stats.device_peak_bytes_without_lms, (stats.device_peak_bytes,
+                                                                            stats.device_peak_bytes_without_lms)
+    # the peak explained, with LMS and without: where it is, what fills it (adding up), the largest tensors
+    # the model's variables: its weights, and the seed states of its Dropout layers
+    weights = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in {id(v): v for v in model.variables}.values())
+    for peak, total in ((stats.peak, stats.device_peak_bytes),
+                        (stats.peak_without_lms, stats.device_peak_bytes_without_lms)):
+        assert peak["bytes"] == total == sum(peak["by_kind"].values())
+        assert peak["phase"] in ("forward", "backward", "optimizer") and peak["op"]
+        assert peak["by_kind"]["weights"] == weights
+        trainable = sum(int(np.prod(w.shape)) * 4 for w in model.trainable_weights)
+        assert peak["by_kind"]["optimizer_state"] >= (2 if optimizer == "adam" else 1) * trainable  # slots
+        sizes = [row["bytes"] for row in peak["top"]]
+        assert len(sizes) == 10 and sizes == sorted(sizes, reverse=True) and sizes[0] > 0
+        assert all(row["layer"] and row["kind"] in peak["by_kind"] for row in peak["top"])
+    assert stats.peak_without_lms["by_kind"]["activations_swapped_in"] == 0
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_planning_beats_swapping_everything_where_that_raises_the_peak(optimizer):
+    """EfficientNetB0 with Adam: swapping every candidate was predicted above no LMS (issue 12)."""
+    case = Case(application("EfficientNetB0", 64), optimizer, batch=8)
+    model = case.model()
+    predictor = StepPredictor(model, case.data(model, 1), Selection(min_bytes=0), host_device=DEVICES.host)
+    planned, everything = predictor.planned(1, 8), predictor.predict(-1, 1, 8)
+    assert planned.peak_bytes < planned.peak_bytes_without_lms
+    assert planned.peak_bytes <= 1.01 * everything.peak_bytes  # within the plan's 1%, moving fewer bytes
+    assert planned.swapped_bytes_per_step <= everything.swapped_bytes_per_step

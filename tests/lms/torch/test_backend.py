@@ -1,0 +1,134 @@
+"""LMS on Keras's PyTorch backend (KERAS_BACKEND=torch; ``make test`` runs it): the same math, the same plan
+options as on TensorFlow, what it reports, and the model left plain.
+
+LMS offloads from the device the model trains on (``device`` left unset): on a CPU machine the hooks
+copy with plain synchronous copies, on a GPU machine with the CUDA path; the same code selects,
+offloads, brings back and reports. The gpu-marked tests check the memory saving on CUDA.
+"""
+
+import keras
+import numpy as np
+import pytest
+import torch
+
+from lms_magic import LMS
+
+from .models import cnn, residual_bn_dropout, train
+
+
+@pytest.mark.parametrize("build", [cnn, residual_bn_dropout])
+def test_same_losses_and_weights_with_and_without_lms(build, data):
+    plain, plain_history = train(build, data)
+    callback = LMS(min_bytes=0, verbose=0)
+    swapped, lms_history = train(build, data, callback)
+    assert callback.stats["active"] and callback.stats["swapped_tensors"] > 0
+    assert lms_history == plain_history
+    for a, b in zip(plain.variables, swapped.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_the_same_plan_options_as_on_tensorflow(data):
+    every = LMS(min_bytes=0, verbose=0)
+    train(cnn, data, every, epochs=1)
+    first_two = LMS(n_tensors=2, min_bytes=0, verbose=0)
+    train(cnn, data, first_two, epochs=1)
+    assert first_two.stats["swapped_tensors"] == 2
+    assert every.stats.backend == "torch" and every.stats.lb_counts == "layers"
+    assert every.stats.peak_source == ("measured" if torch.cuda.is_available() else None)
+    without_names = lambda plan: [{k: v for k, v in row.items() if k != "layer"} for row in plan]  # noqa: E731
+    assert without_names(first_two.stats["plan"]) == without_names(every.stats["plan"][:2])  # forward order
+    big_only = LMS(min_bytes=every.stats["plan"][0]["bytes"] + 1, verbose=0)
+    train(cnn, data, big_only, epochs=1)
+    assert all(row["bytes"] > every.stats["plan"][0]["bytes"] for row in big_only.stats["plan"])
+    no_conv = LMS(exclude_types=("Conv2D",), min_bytes=0, verbose=0)
+    train(cnn, data, no_conv, epochs=1)
+    assert all(row["layer_type"] != "Conv2D" for row in no_conv.stats["plan"])
+    off = LMS(n_tensors=0, verbose=0)
+    train(cnn, data, off, epochs=1)
+    assert off.stats["active"] is False
+
+
+def test_pinned_pool_is_reused_step_after_step(data):
+    callback = LMS(min_bytes=0, verbose=0)
+    model = cnn()
+    model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[callback])  # 4 steps
+    offloader_allocations = callback.stats["pinned_allocations"]
+    assert offloader_allocations == callback.stats["swapped_tensors"]  # one buffer per tensor of one step
+
+
+def test_summary_line_and_the_model_left_plain(data, capsys):
+    model = cnn()
+    model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0)])
+    assert "LMS (PyTorch): offloading" in capsys.readouterr().out
+    assert "train_step" not in model.__dict__
+
+
+def test_an_error_mid_step_leaves_the_model_plain(data):
+    model = cnn()
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0, verbose=0),
+                                                                          Boom()])
+    model.fit(*data, batch_size=16, epochs=1, verbose=0)  # a plain fit after it heals the model first
+    assert "train_step" not in model.__dict__
+
+
+def test_an_interrupt_mid_forward_leaves_the_graph_as_keras_made_it(data):
+    model = cnn()
+
+    class Interrupt(keras.layers.Layer):
+        def compute_output_shape(self, input_shape):  # built without calling `call`
+            return input_shape
+
+        def call(self, x):
+            raise KeyboardInterrupt
+
+    broken = keras.Sequential([keras.Input((16, 16, 3)), model.layers[0], Interrupt()])
+    broken.compile("adam", "mse")
+    with pytest.raises(KeyboardInterrupt):
+        broken.fit(data[0][:16], data[0][:16], epochs=1, verbose=0, callbacks=[LMS(min_bytes=0, verbose=0)])
+    nodes = [node for layer in broken._functional.layers for node in layer._inbound_nodes]
+    assert nodes and not any("fill_in" in vars(node.arguments) for node in nodes)
+
+
+def test_lms_fit_compare_on_torch(shell, data):
+    shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
+    result = shell.run_cell_magic("lms_fit", "-q -o --compare --min-bytes 0",
+                                  "model.fit(x, y, batch_size=16, epochs=2, verbose=0)")
+    no_lms, lms = result.variants
+    assert no_lms.status == lms.status == "ok"
+    assert no_lms.step_losses == lms.step_losses
+    assert lms.lms_stats["swapped_tensors"] > 0
+    assert lms.lms_stats["lb_counts"] == "layers"  # backward ops on TensorFlow
+    exported = lms.to_dict()  # measured on CUDA, none on a CPU; never one labelled as predicted
+    assert exported["device_peak_source"] == ("measured" if torch.cuda.is_available() else None)
+    assert exported["predicted_device_peak_bytes"] is None
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_peak_drops_and_the_math_stays(data):
+    def peak_and_losses(callback):
+        torch.cuda.reset_peak_memory_stats()
+        model = cnn(layers=8, size=64)
+        keras.utils.set_random_seed(7)
+        x = np.random.default_rng(0).normal(size=(256, 64, 64, 3)).astype("float32")
+        history = model.fit(x, np.arange(256) % 10, batch_size=64, epochs=1, verbose=0,
+                            callbacks=[callback] if callback else [])
+        return torch.cuda.max_memory_allocated(), history.history["loss"]
+
+    plain_peak, plain_losses = peak_and_losses(None)
+    lms_peak, lms_losses = peak_and_losses(LMS(min_bytes=0, verbose=0))
+    assert lms_losses == plain_losses
+    assert lms_peak < plain_peak
+
+
+@pytest.mark.gpu
+def test_a_device_the_model_is_not_on_is_said(data):
+    callback = LMS(min_bytes=0, device="cpu", verbose=0)  # the model trains on cuda:0
+    train(cnn, data, callback, epochs=1)
+    assert callback.stats["swapped_tensors"] == 0
+    assert any("leave `device` unset" in note for note in callback.stats["notes"])

@@ -1,0 +1,39 @@
+"""The %%lms_fit dashboard: the headline first, then the figures and the table, as plain outputs."""
+
+import html
+
+from lms_magic.ui.dashboard import Dashboard
+from tests.conftest import DEVICES
+
+ON_CPUS = DEVICES.magic_options
+
+
+def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell, tmp_path):
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS}\nmodel.fit(x, y, batch_size=16, epochs=1, verbose=0)")
+    dashboard = Dashboard(result.result)
+    no_lms, lms = result.result.variants
+    stats = lms.lms_stats
+    saved = round((stats["device_peak_bytes"] - stats["device_peak_bytes_without_lms"])
+                  / stats["device_peak_bytes_without_lms"] * 100)
+    assert dashboard.headline.startswith(f"LMS: predicted device peak {saved:+d}% (")
+    assert "final loss identical" in dashboard.headline and "step time " in dashboard.headline
+    assert f"{lms.final('loss'):.6f}" in dashboard.summary and "lms - no_lms" in dashboard.summary
+    bars, makeup, training, memory = dashboard.figures
+    assert [t.name for t in bars.data] == ["no_lms", "lms"]
+    assert list(bars.data[1].x)[-1] == "predicted device peak"
+    assert bars.data[1].y[-1] < bars.data[0].y[-1]  # LMS's predicted device peak is the lower one
+    assert sum(t.y[0] for t in makeup.data) > sum(t.y[1] for t in makeup.data)  # stacked: without, with
+    assert [t.name for t in training.data] == ["no_lms: loss", "lms: loss"]
+    assert len(training.data[1].y) == lms.steps
+    assert {t.name for t in memory.data} >= {"no_lms: host RSS", "lms: host RSS"}
+    assert not bars.layout.shapes  # no budget asked for, no budget line
+    lms.lms_stats["budget_bytes"] = 3 * 2**20
+    assert [shape.y0 for shape in Dashboard(result.result).figures[0].layout.shapes] == [3.0]
+    # plain outputs (no widget), visible in exported HTML: the headline first, every figure with an HTML form
+    bundles = dashboard.bundles()
+    assert html.escape(dashboard.headline) in bundles[0]["text/html"]
+    assert all("text/html" in b and "application/vnd.plotly.v1+json" in b for b in bundles[1:-1])
+    result.result.save_html(tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert page.count('class="plotly-graph-div"') == 4
+    assert page.count("<script") >= 5 and 'src="https://cdn.plot.ly' not in page  # plotly.js inline: opens offline

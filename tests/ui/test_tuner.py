@@ -1,0 +1,100 @@
+"""The %lms_tune widget: sliders with instant predictions, Measure, Autotune with Stop, Apply (ui/tuner.py)."""
+
+import asyncio
+
+import pytest
+
+from lms_magic.lms.core.search import Setting
+from lms_magic.ui.tuner import Tuner
+from tests.conftest import DEVICES, state_of
+from tests.test_tuning import assert_same_state
+
+MIB = 2**20
+ACCELERATOR, HOST = DEVICES.accelerator, DEVICES.host
+
+
+def test_sliders_move_the_prediction_the_right_way(tuning_session):
+    tuner = Tuner(tuning_session)
+    peaks = []
+    for count in range(0, tuner.controls["n_tensors"].max + 1, 2):
+        tuner.controls["n_tensors"].value = count
+        peaks.append(tuner.estimate.peak_bytes)
+        assert f"{tuner.estimate.peak_bytes / MIB:.1f} MiB" in tuner.prediction_html.value
+    assert all(later <= earlier for earlier, later in zip(peaks, peaks[1:]))
+    assert peaks[-1] < peaks[0]
+    swapped = tuner.estimate.swapped_bytes_per_step
+    tuner.controls["batch_size"].value = 32
+    assert tuner.estimate.peak_bytes > peaks[-1] and tuner.estimate.swapped_bytes_per_step > swapped
+    tuner.controls["budget_mib"].value = round(tuner.estimate.peak_bytes / MIB - 1, 1)
+    assert tuner.estimate.fits is False and "over the budget" in tuner.prediction_html.value
+    tuner.controls["budget_mib"].value = round(tuner.estimate.peak_bytes / MIB + 1, 1)
+    assert tuner.estimate.fits is True
+    assert tuner.figure.data[0].y[0] == pytest.approx(tuner.estimate.peak_bytes / MIB)
+    # the peak's make-up follows the sliders: stacked bars without / with LMS that add up to the predictions
+    without, with_lms = ([trace.y[i] for trace in tuner.makeup_figure.data] for i in (0, 1))
+    assert sum(without) == pytest.approx(tuner.estimate.peak_bytes_without_lms / MIB)
+    assert sum(with_lms) == pytest.approx(tuner.estimate.peak_bytes / MIB)
+    assert "the largest tensors" in tuner.top_html.value and tuner.top_html.value.count("<tr>") == 11
+
+
+def test_measure_adds_a_point_and_leaves_the_model_as_it_was(tuning_session):
+    before = state_of(tuning_session.runner.model)
+    tuner = Tuner(tuning_session)
+    tuner.controls["n_tensors"].value = 6
+    trial = tuner.measure()
+    assert trial.ok and trial.step_s > 0 and trial.setting == Setting(6, 1, 16)
+    assert trial.peak_bytes == pytest.approx(trial.predicted_peak_bytes, rel=0.25)
+    assert [t.name for t in tuner.figure.data] == ["prediction (time: lower bound)", "measured"]
+    assert tuner.estimate.compute_s is not None  # the bound now includes compute
+    assert "not GPU times" in tuner.header.value
+    assert_same_state(before, tuning_session.runner.model)
+
+
+def test_stop_ends_autotune_between_trials(tuning_session):
+    tuner = Tuner(tuning_session, max_trials=10)
+    trials_seen = []
+
+    async def run():
+        task = tuner.start_autotune()
+        assert tuner.buttons["Stop"].disabled is False and tuner.buttons["Measure"].disabled is True
+        while not tuning_session.trials:
+            await asyncio.sleep(0.01)
+        trials_seen.append(len(tuning_session.trials))
+        tuner.buttons["Stop"].click()
+        await task
+
+    asyncio.run(run())
+    result = tuner.search.result()
+    assert result.stopped_by == "user" and result.measured_trials <= trials_seen[0] + 1
+    assert tuner.buttons["Stop"].disabled is True and tuner.buttons["Autotune"].disabled is False
+
+
+def test_apply_sets_the_next_lms_fit_and_prints_the_call(tuning_session, shell, tuning_data, capsys):
+    fit_magics = shell.magics_manager.registry["LmsFitMagics"]
+    tune_magics = shell.magics_manager.registry["LmsTuneMagics"]
+    assert tune_magics.on_apply == fit_magics.apply_defaults  # as %lms_tune hands it to its widget
+    tuner = Tuner(tuning_session, on_apply=tune_magics.on_apply)
+    tuner.controls["n_tensors"].value = 3
+    tuner.controls["lb"].value = 2
+    code = tuner.apply()
+    assert "LMS(n_tensors=3, lb=2" in code and code in capsys.readouterr().out
+    shell.user_ns.update(model=tuning_session.runner.model, x=tuning_data[0], y=tuning_data[1])
+    shell.run_cell_magic("lms_fit", f"-q --device {ACCELERATOR} --host-device {HOST} --min-bytes 0 --steps 1",
+                         "model.fit(x, y, batch_size=16, verbose=0)")
+    result = shell.run_cell_magic("lms_fit", f"-q -o --device {ACCELERATOR} --host-device {HOST} --min-bytes 0 "
+                                  "--steps 1", "model.fit(x, y, batch_size=16, verbose=0)")
+    assert result.variants[-1].lms_stats["swapped_tensors"] == 3
+
+
+@pytest.mark.parametrize("package, variable", [("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS"),
+                                               ("IPython", "LMS_MAGIC_EXPECT_IPYTHON")])
+def test_the_run_uses_the_versions_it_says(package, variable):
+    """`make test-colab` runs these tests with Colab's IPython 7.34 and ipywidgets 7.7.1; `make test` with 9 and 8."""
+    import importlib
+    import os
+
+    expected = os.environ.get(variable)
+    if expected is None:
+        pytest.skip("only `make test-colab` says which versions it runs with")
+    version = importlib.import_module(package).__version__
+    assert version.startswith(expected), version

@@ -22,9 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lms_magic.lms.plan import Selection  # noqa: E402
-from lms_magic.lms.predictor import StepPredictor  # noqa: E402
-from lms_magic.lms.probe import largest_batch  # noqa: E402
+from lms_magic.lms.core.plan import Selection  # noqa: E402
+from lms_magic.lms.tensorflow.predictor import StepPredictor  # noqa: E402
+from lms_magic.lms.tensorflow.probe import largest_batch  # noqa: E402
 
 GIB, MIB = 2**30, 2**20
 MODELS = "MobileNetV2,ResNet50,DenseNet121,EfficientNetB0,MobileNetV3Small"

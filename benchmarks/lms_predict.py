@@ -18,7 +18,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lms_magic import LMS  # noqa: E402
-from lms_magic.lms.probe import largest_batch, predict_step  # noqa: E402
+from lms_magic.lms.tensorflow.probe import largest_batch, predict_step  # noqa: E402
 
 GIB = 2**30
 

@@ -26,7 +26,7 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lms_magic.lms.search import Setting, grid_search  # noqa: E402
+from lms_magic.lms.core.search import Setting, grid_search  # noqa: E402
 from lms_magic.tuning import TuningSession  # noqa: E402
 from lms_magic.ui.tuner import Tuner  # noqa: E402
 

@@ -116,6 +116,8 @@ class LMS(keras.callbacks.Callback):
         name = keras.backend.backend() if self._make_backend is None else "custom"
         self.stats = LmsStats(backend=name if name in ("tensorflow", "torch") else None,
                               budget_bytes=options.budget_bytes)
+        batch_size, source = compat.fit_batch_size(compat.calling_frames(depth=12))
+        self.stats.update(batch_size=batch_size, batch_size_source=source)
         make = self._make_backend
         if make is None:
             make, options = self._framework_backend(name)

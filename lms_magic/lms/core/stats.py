@@ -31,13 +31,15 @@ class LmsStats:
         >>> stats["swaped_tensors"]  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        KeyError: "LMS stats have no 'swaped_tensors'; they have: active, reason, backend, steps, candidates, ..."
+        KeyError: "LMS stats have no 'swaped_tensors'; they have: active, reason, backend, steps, batch_size, ..."
     """
 
     active: bool = False
     reason: str = ""  # why LMS is inactive
     backend: Literal["tensorflow", "torch"] | None = None
     steps: int = 0  # train steps run with LMS in this fit
+    batch_size: int | None = None  # the batch the plan is sized for (the largest the data yields)
+    batch_size_source: str = ""  # where it was read: "the traced batch", "the fit call's batch_size", ...
     candidates: int = 0  # activations the backward pass reads that LMS could swap
     swapped_tensors: int = 0
     swapped_bytes_per_step: int = 0  # each also comes back: the host link carries twice this

@@ -43,12 +43,11 @@ class TensorFlowBackend:
             raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
-        self.batch_size_hint = options.batch_size
+        self._hint = options.batch_size
         self.step = None  # the rewritten step's TracedStep, after the first trace
         self._traces: dict = {}
         self._chosen: dict[int | None, list[str]] = {}  # batch size -> the tensors the plan swaps
         self._layer_of = _rewrite_ops.layer_resolver(model)
-        self._batch_hint = None
         self._budget_checked = False
         self._run_metadata: list = []
         self._planned: dict = {}
@@ -97,16 +96,28 @@ class TensorFlowBackend:
         except BudgetError as error:
             raise BudgetError(f"LMS: {error}") from None
 
+    def _batch_size(self, data) -> int | None:
+        """The batch the plan is sized for: the traced one, else the user's hint, else the fit's (which the
+        callback found: ``stats.batch_size``); ``stats`` say which."""
+        first = tf.nest.flatten(data)[0]
+        traced = first.shape[0] if first.shape.rank else None
+        if traced:
+            self.stats.update(batch_size=traced, batch_size_source="the traced batch")
+        elif self._hint() is not None:
+            self.stats.update(batch_size=self._hint(), batch_size_source="batch_size_hint")
+        return self.stats.batch_size
+
     def _plan(self, ops, data, budget: bool = True):
         """Finds the candidates of a traced step and chooses the ones to swap."""
-        first = tf.nest.flatten(data)[0]
-        batch = first.shape[0] if first.shape.rank else None
-        batch = batch or self._batch_hint or self.batch_size_hint()
-        self._batch_hint = self._batch_hint or batch
+        batch = self._batch_size(data)
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         if batch is None:
-            notes.append("the batch size is unknown when TensorFlow traces this data (a generator?), so tensor "
-                         "sizes are unknown and nothing is swapped; pass batch_size_hint=...")
+            notes.append("the batch size is unknown when TensorFlow traces this data and LMS found none in the fit "
+                         "call, so tensor sizes are unknown and nothing is swapped; pass batch_size_hint=...")
+        elif self.stats.batch_size_source != "the traced batch":
+            notes.append(f"TensorFlow traces this data with an unknown batch size (a last batch smaller than the "
+                         f"others, a generator, tf.data without drop_remainder): LMS planned for batches of {batch} "
+                         f"({self.stats.batch_size_source})")
         by_tensor = {item.candidate.tensor: item for item in candidates}
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
@@ -185,8 +196,7 @@ class TensorFlowBackend:
         Keras traces the train step twice when its first trace creates variables (an optimizer's slots,
         compiled metrics); the two traces name their ops alike, so the plan carries over by name.
         """
-        first = tf.nest.flatten(data)[0]
-        batch = (first.shape[0] if first.shape.rank else None) or self._batch_hint or self.batch_size_hint()
+        batch = self._batch_size(data)
         if batch not in self._chosen:
             return False
         candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)

@@ -267,3 +267,28 @@ def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_agai
                 if node.op == "Snapshot" and "lms_swap_in/" in node.name]
     assert len(swap_ins) == callback.stats.swapped_tensors > 0  # the graph that ran swaps what was planned
     assert all(any(name.endswith(record.swap_in) for name in swap_ins) for record in callback.stats.records)
+
+
+@pytest.mark.parametrize("source, expected", [("arrays", "the fit call's batch_size"), ("tf.data", "the dataset's batch()"),
+                                              ("generator", "the generator's first batch"),
+                                              ("PyDataset", "the PyDataset's first batch")])
+def test_a_batch_size_unknown_at_trace_time_is_found_in_the_fit(source, expected, lms_options):
+    """64 rows in batches of 20: the last batch has 4, so Keras traces with an unknown batch dimension."""
+    x, y = models.images(64, 32)
+    if source == "arrays":
+        make, options = (lambda: (x, y)), {"batch_size": 20, "shuffle": False}
+    elif source == "tf.data":
+        make, options = (lambda: (tf.data.Dataset.from_tensor_slices((x, y)).batch(20), None)), {}
+    elif source == "generator":
+        make, options = (lambda: (generator(x[:60], y[:60], 20), None)), {"steps_per_epoch": 3}
+    else:
+        make, options = (lambda: (Batches(x[:60], y[:60], 20), None)), {}
+    callback = LMS(**lms_options)
+    lms = train(models.residual_bn_dropout, make, [callback], epochs=1, **options)
+    stats = callback.stats
+    assert (stats.batch_size, stats.batch_size_source) == (20, expected)
+    activations = [row["shape"] for row in stats.plan if len(row["shape"]) == 4]  # not BatchNorm's statistics
+    assert stats.swapped_tensors > 0 and activations and all(shape[0] == 20 for shape in activations)
+    if source in ("arrays", "tf.data"):  # the only two whose traced batch dimension is unknown here
+        assert any(f"LMS planned for batches of 20 ({expected})" in note for note in stats.notes)
+    assert_same_training(train(models.residual_bn_dropout, make, epochs=1, **options), lms)

@@ -146,6 +146,18 @@ def collected_function_graphs(into: list) -> Iterator[None]:
 
 
 # -- TensorFlow graph surgery: the LMS rewrite of a traced train step --------------------------------
+def tensorflow_memory_limit(gpu_index: int) -> int | None:
+    """The memory limit (bytes) set on the ``gpu_index``-th GPU's logical device, or None where none was set."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpu_index >= len(gpus):
+        return None
+    configured = tf.config.get_logical_device_configuration(gpus[gpu_index]) or []
+    limit = getattr(configured[0], "memory_limit", None) if configured else None
+    return None if limit is None else int(limit) * 2**20  # TensorFlow takes it in MiB
+
+
 def in_function_graph() -> bool:
     """Whether code runs while TensorFlow traces a ``tf.function`` (not eagerly)."""
     import tensorflow as tf

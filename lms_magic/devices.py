@@ -12,29 +12,37 @@ predictions, not a GPU's measurements.
 from __future__ import annotations
 
 _simulated = False
+_simulated_memory_bytes: int | None = None  # the simulated accelerator's capacity, if one was given
 
 
-def simulate_accelerator() -> bool:
+def simulate_accelerator(memory=None) -> bool:
     """Makes TensorFlow's CPU two logical devices, ``/CPU:0`` (the accelerator) and ``/CPU:1`` (the host),
     where there is no GPU; LMS's defaults then use them.
 
     Call it before TensorFlow runs anything (right after ``%load_ext lms_magic``).
+
+    Args:
+        memory: the simulated accelerator's capacity, in bytes or as "512MiB": LMS then plans to fit it, as
+            on a GPU (nothing moves when the step fits). Defaults to None (no capacity: the lowest peak).
 
     Returns:
         True where it split the CPU (or had already), False where a GPU exists (nothing is changed).
 
     Raises:
         RuntimeError: TensorFlow has already initialised its devices (the message says what to do).
-        ValueError: the Keras backend is not TensorFlow.
+        ValueError: the Keras backend is not TensorFlow, or ``memory`` is not a size.
 
     Example:
         >>> import lms_magic
         >>> lms_magic.simulate_accelerator()  # doctest: +SKIP
         True
     """
-    global _simulated
+    global _simulated, _simulated_memory_bytes
     import os
 
+    from .units import parse_bytes
+
+    memory_bytes = None if memory is None else parse_bytes(memory)
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
         raise ValueError("simulate_accelerator() splits TensorFlow's CPU; with KERAS_BACKEND="
                          f"{os.environ['KERAS_BACKEND']!r} use a GPU machine to see LMS at work")
@@ -47,12 +55,12 @@ def simulate_accelerator() -> bool:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     except RuntimeError:  # initialised: fine if already split (a second call)
         if len(tf.config.list_logical_devices("CPU")) >= 2:
-            _simulated = True
+            _simulated, _simulated_memory_bytes = True, memory_bytes
             return True
         raise RuntimeError("simulate_accelerator() must run before TensorFlow initialises its devices, and "
                            "something in this process has already run TensorFlow: restart the kernel and call "
                            "it first, right after %load_ext lms_magic") from None
-    _simulated = True
+    _simulated, _simulated_memory_bytes = True, memory_bytes
     return True
 
 
@@ -114,3 +122,53 @@ def accelerator(device: str | None, backend: str) -> str | None:
         return device
     gpus = [name for name in framework_devices(backend) if name.startswith("/GPU")]
     return gpus[0] if gpus else default_device()
+
+
+def capacity_bytes(device: str | None, backend: str) -> int | None:
+    """The memory of LMS's ``device`` as its framework may use it, or None where it is not known.
+
+    The simulated accelerator: the ``memory`` given to :func:`simulate_accelerator`. A TensorFlow GPU: the
+    memory limit of its logical device where one was set, else the GPU's total memory (NVML). A PyTorch
+    GPU: what ``torch.cuda.mem_get_info`` says is free plus what PyTorch already holds, within a
+    ``set_per_process_memory_fraction`` cap. A CPU: None (host memory is not what LMS relieves).
+    """
+    if device is None:
+        return None
+    if backend == "torch":
+        return _torch_capacity(device)
+    if device.startswith("/CPU"):
+        return _simulated_memory_bytes if _simulated and device == default_device() else None
+    from . import compat
+
+    index = int(device.rsplit(":", 1)[1])
+    limit = compat.tensorflow_memory_limit(index)
+    return limit if limit is not None else _nvml_total_bytes(index)
+
+
+def _nvml_total_bytes(cuda_index: int) -> int | None:
+    """The total memory of the ``cuda_index``-th GPU CUDA programs see, or None where NVML cannot say."""
+    from .memory.nvml import NvmlSource, visible_indices
+
+    source = NvmlSource()
+    try:
+        source.open()
+        indices = visible_indices(source)
+        return source.total_bytes(indices[cuda_index]) if cuda_index < len(indices) else None
+    except Exception:  # no NVML: no capacity, and LMS plans for the lowest peak
+        return None
+
+
+def _torch_capacity(device: str) -> int | None:
+    import torch
+
+    from .lms.torch.offload import torch_device
+
+    place = torch_device(device)
+    if place.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(place)
+    usable = free + torch.cuda.memory_reserved(place)
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if fraction is not None:
+        usable = min(usable, int(total * fraction(place)))
+    return usable

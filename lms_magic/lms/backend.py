@@ -10,10 +10,19 @@ when the fit ends, however it ends. ``TensorFlowBackend`` (``tensorflow/backend.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable, ContextManager, Protocol
 
 from .core.stats import LmsStats
 from .options import LmsOptions
+
+
+class Action(enum.Enum):
+    """What the callback does after a backend has seen a step it checked."""
+
+    KEEP = "keep"  # the plan stands
+    RETRACE = "retrace"  # the backend changed its plan: the train function is made again (the next step traces it)
+    STEP_OUT = "step out"  # nothing moves: the model trains with its own train function from the next step
 
 
 class Backend(Protocol):
@@ -27,8 +36,9 @@ class Backend(Protocol):
     def step_scope(self) -> ContextManager[None]:
         """What one LMS step needs set, and nothing after it."""
 
-    def first_step_done(self) -> None:
-        """After the first LMS step: fills in the stats (what moved, the device peaks)."""
+    def first_step_done(self) -> Action:
+        """After the first LMS step (and after the first step of a retrace): fills in the stats (what moved,
+        the device peaks) and says what the callback does next."""
 
     def summary_line(self) -> str:
         """One line for the user: what moves, and the peaks."""

@@ -14,8 +14,7 @@ import warnings
 import keras
 
 from .. import compat
-from ..units import MIB
-from .backend import Backend, BackendFactory
+from .backend import Action, Backend, BackendFactory
 from .core.plan import DEFAULT_MIN_BYTES
 from .core.stats import LmsStats
 from .options import LmsOptions
@@ -146,6 +145,7 @@ class LMS(keras.callbacks.Callback):
 
             return TorchBackend, options
         device = devices.accelerator(options.device, name)
+        self.stats.capacity_bytes = devices.capacity_bytes(device, name)
         if device is None:
             self.stats.reason = "no GPU"
             if options.verbose:
@@ -162,39 +162,28 @@ class LMS(keras.callbacks.Callback):
             self._function.arm()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._function is not None and self._summary_due:
+        if self._function is None or not self._summary_due:
+            return
+        action = self._backend.first_step_done()
+        if action is Action.RETRACE:  # the next step traces the backend's new plan, and is checked in turn
+            self._install(self._backend.train_step(self.model.train_step), self._backend.jit_note)
+            return
+        self._summary_due = False
+        if action is Action.STEP_OUT:
+            LmsTrainFunction.remove_from(self.model)
+            self._function = None
+        if self.stats.active:
+            self._summary_line = self._backend.summary_line()
+        if self.verbose:
+            print(self.summary())
+
+    def on_train_end(self, logs=None):
+        if self._function is not None and self._summary_due:  # a fit that ended before its plan was checked
             self._summary_due = False
-            self._backend.first_step_done()
-            if self._planned_swaps_raise_the_peak():
-                self._drop_swaps()
             if self.stats.active:
                 self._summary_line = self._backend.summary_line()
             if self.verbose:
                 print(self.summary())
-
-    def _planned_swaps_raise_the_peak(self) -> bool:
-        """Whether the default plan, checked on the graphs TensorFlow executed, predicts a higher peak than no LMS.
-
-        The plan is chosen on the traced graph before the first step; Grappler and placement change the graph
-        that runs, and its replay (after the first step) is what ``stats`` report.
-        """
-        stats = self.stats
-        return (stats.plan_rule == "lowest predicted peak" and stats.swapped_tensors > 0
-                and stats.prediction_source == "executed partition graphs"
-                and stats.device_peak_bytes > stats.device_peak_bytes_without_lms)
-
-    def _drop_swaps(self) -> None:
-        """The rest of the fit trains with the model's own train function: nothing swapped after the first step."""
-        stats = self.stats
-        stats.notes.append(f"the graphs TensorFlow executed predict {stats.device_peak_bytes / MIB:.1f} MiB with the "
-                           f"planned {stats.swapped_tensors} swaps, above {stats.device_peak_bytes_without_lms / MIB:.1f}"
-                           " MiB without: no tensor is swapped after the first step")
-        LmsTrainFunction.remove_from(self.model)
-        self._function = None
-        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, plan=[],
-                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
-
-    def on_train_end(self, logs=None):
         self._restore()
 
     def _install(self, train_step, jit_note: str) -> None:
@@ -207,7 +196,7 @@ class LMS(keras.callbacks.Callback):
         leaves them as they were.
         """
         model = self.model
-        if compat.jit_compile_requested(model):
+        if compat.jit_compile_requested(model) and jit_note not in self.stats.notes:
             self.stats.notes.append(jit_note)
         self._lms_step = train_step
         plain = model.train_function

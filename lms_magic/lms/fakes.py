@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
+from .backend import Action
 from .core.stats import LmsStats
 from .options import LmsOptions
 
@@ -27,6 +28,7 @@ class FakeBackend:
         model, options, stats: what the callback hands a backend.
         report: the stats fields set after the first step. Defaults to 2 of 4 tensors swapped.
         fail_at: the event at which to raise :class:`FakeFailure`, or None.
+        actions: what ``first_step_done`` answers, in turn (the last repeats). Defaults to ``[Action.KEEP]``.
     """
 
     jit_note = "the fake backend turns jit_compile off while it trains"
@@ -35,10 +37,11 @@ class FakeBackend:
                       "prediction_source": "fake", "plan_rule": "lowest predicted peak"}
 
     def __init__(self, model, options: LmsOptions, stats: LmsStats, report: dict | None = None,
-                 fail_at: str | None = None):
+                 fail_at: str | None = None, actions=(Action.KEEP,)):
         self.model, self.options, self.stats = model, options, stats
         self.report = dict(self.DEFAULT_REPORT if report is None else report)
         self.fail_at = fail_at
+        self._actions = list(actions)
         self.events: list[str] = []
         self._log("begin")
         stats.update(active=True)
@@ -57,9 +60,10 @@ class FakeBackend:
         self._log("step")
         yield
 
-    def first_step_done(self) -> None:
+    def first_step_done(self) -> Action:
         self._log("first_step_done")
         self.stats.update(self.report)
+        return self._actions.pop(0) if len(self._actions) > 1 else self._actions[0]
 
     def summary_line(self) -> str:
         self._log("summary_line")
@@ -86,11 +90,11 @@ class FakeBackends:
         (2, 2)
     """
 
-    def __init__(self, report: dict | None = None, fail_at: str | None = None):
-        self.report, self.fail_at = report, fail_at
+    def __init__(self, report: dict | None = None, fail_at: str | None = None, actions=(Action.KEEP,)):
+        self.report, self.fail_at, self.actions = report, fail_at, actions
         self.made: list[FakeBackend] = []
 
     def __call__(self, model, options: LmsOptions, stats: LmsStats) -> FakeBackend:
-        backend = FakeBackend(model, options, stats, self.report, self.fail_at)
+        backend = FakeBackend(model, options, stats, self.report, self.fail_at, self.actions)
         self.made.append(backend)
         return backend

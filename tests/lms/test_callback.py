@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lms_magic import LMS
+from lms_magic.lms.backend import Action
 from lms_magic.lms.fakes import FakeBackends, FakeFailure
 from lms_magic.lms.train_function import LmsTrainFunction
 
@@ -162,24 +163,24 @@ def test_names_that_match_no_layer_are_said():
     assert not [note for note in named.stats.notes if "names no" in note]
 
 
-def test_swaps_that_raise_the_executed_graphs_peak_are_dropped_after_the_first_step():
-    report = {"candidates": 4, "swapped_tensors": 3, "swapped_bytes_per_step": 300,
-              "device_peak_bytes": 2000, "device_peak_bytes_without_lms": 1500, "peak_source": "predicted",
-              "prediction_source": "executed partition graphs", "plan_rule": "lowest predicted peak"}
-    backends = FakeBackends(report=report)
-    callback = LMS(backend=backends, verbose=0)
+def test_a_backend_that_steps_out_leaves_the_rest_of_the_fit_to_the_models_own_train_function(capsys):
+    backends = FakeBackends(actions=[Action.STEP_OUT])
+    callback = LMS(backend=backends, verbose=1)
     model = tiny_model()
     fit(model, [callback])
-    stats = callback.stats
-    assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0 and stats.device_peak_bytes == 1500
-    assert any("no tensor is swapped after the first step" in note for note in stats.notes)
-    assert stats.steps == 1 and backends.made[0].events.count("step") == 1  # the rest trained plainly
+    assert callback.stats.steps == 1 and backends.made[0].events.count("step") == 1  # the rest trained plainly
+    assert capsys.readouterr().out.count("LMS (fake)") == 1  # the summary, once
     assert_plain(model)
 
 
-def test_an_explicit_count_is_never_dropped():
-    report = {"swapped_tensors": 3, "device_peak_bytes": 2000, "device_peak_bytes_without_lms": 1500,
-              "prediction_source": "executed partition graphs", "plan_rule": "first 3"}
-    callback = LMS(n_tensors=3, backend=FakeBackends(report=report), verbose=0)
-    fit(tiny_model(), [callback])
-    assert callback.stats.swapped_tensors == 3 and callback.stats.steps == STEPS
+def test_a_backend_that_replans_gets_its_train_step_again_and_checks_the_next_step(capsys):
+    backends = FakeBackends(actions=[Action.RETRACE, Action.KEEP])
+    callback = LMS(backend=backends, verbose=1)
+    model = tiny_model()
+    fit(model, [callback])
+    (backend,) = backends.made
+    assert backend.events[:8] == ["begin", "train_step", "step", "first_step_done", "train_step", "step",
+                                  "first_step_done", "summary_line"]
+    assert callback.stats.steps == STEPS and backend.events.count("first_step_done") == 2
+    assert capsys.readouterr().out.count("LMS (fake)") == 1  # said once, after the plan that stands
+    assert_plain(model)

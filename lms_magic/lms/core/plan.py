@@ -10,21 +10,52 @@ the number swapped (swap-ins that arrive with other backward or optimizer work
 can raise it), so the search scans the prefix lengths on a grid and zooms in
 around the best, rather than assuming that more swaps is lower. ``n_tensors``
 -1 swaps all, N the first N; a ``budget`` takes the fewest bytes whose
-predicted peak fits.
+predicted peak fits. Where the device's capacity is known (a GPU, or
+``simulate_accelerator(memory=...)``), the default is to fit it: nothing moves
+when the step fits in the capacity less a headroom, else the fewest bytes that
+fit (the least step time: the step-time model grows with the bytes moved).
+:func:`plan_swaps` is the one rule; it returns a :class:`Plan`.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Callable, Iterable
 
-from ...units import format_mib, parse_bytes  # noqa: F401  (parse_bytes: callers import it from here)
+from ...units import format_mib
 
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
 PLANNED = None  # n_tensors's default: the plan with the lowest predicted peak
 PEAK_TOLERANCE = 0.01  # plans within 1% of the lowest peak count as equal: the fewest bytes moved wins
+# The share of a device's capacity LMS plans to leave free: the replay's predicted peak was 0.82 to 1.00 of
+# TensorFlow's measured one on the tested models (README), and allocators fragment.
+CAPACITY_HEADROOM = 0.2
+
+
+def usable_bytes(capacity_bytes: int) -> int:
+    """What LMS plans to fill of a device's capacity: all of it less the headroom.
+
+    Example:
+        >>> usable_bytes(10_000)
+        8000
+    """
+    return int(capacity_bytes * (1 - CAPACITY_HEADROOM))
+
+
+class Rule(str, enum.Enum):
+    """What decided a plan (``LmsStats.plan_rule``; compares equal to its words)."""
+
+    LOWEST_PEAK = "lowest predicted peak"  # the default where the device's capacity is unknown
+    FITS_DEVICE = "fits the device"  # the default where it is known: nothing, or the fewest bytes that fit
+    BUDGET = "budget"  # the user's budget: the fewest bytes that fit it
+    ALL = "all eligible"  # n_tensors=-1
+    FIRST_N = "first N"  # n_tensors=N
+
+    def __str__(self) -> str:
+        return self.value
 
 @dataclass(frozen=True)
 class Candidate:
@@ -91,17 +122,6 @@ class Selection:
                 continue
             chosen.append(candidate)
         return chosen
-
-    def rule(self, budget: bool = False) -> str:
-        """What decides the swaps, as ``LmsStats.plan_rule`` says it.
-
-        Example:
-            >>> Selection().rule(), Selection(n_tensors=-1).rule(), Selection(n_tensors=3).rule(), Selection().rule(True)
-            ('lowest predicted peak', 'all eligible', 'first 3', 'budget')
-        """
-        if budget:
-            return "budget"
-        return {PLANNED: "lowest predicted peak", -1: "all eligible"}.get(self.n_tensors, f"first {self.n_tensors}")
 
     def select(self, candidates: Iterable[Candidate]) -> list[Candidate]:
         """Applies the filters, then ``n_tensors`` (the first N in forward order; all for -1 and, where
@@ -247,27 +267,75 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
     return PlanSearch(eligible[:count], peaks(count), peaks(0), min(peaks.peaks.values()), peaks.peaks)
 
 
-def plan_swaps(selection: Selection, candidates: Iterable[Candidate], budget_bytes: int | None,
-               persistent_bytes: int, transient_peak: Callable[[list[Candidate]], int]) -> PlanSearch:
-    """The one planning rule of LMS, the budget search and the tuner: which candidates to swap.
+@dataclass(frozen=True)
+class Plan:
+    """What LMS moves in a train step, what decided it, and what it predicts (the one plan value of
+    both backends, the predictor, the tuner and autotune).
 
-    With a budget: the fewest bytes whose predicted peak (``persistent_bytes``
-    plus ``transient_peak(swapped)``) fits. Else ``selection.n_tensors``
-    decides: None (the default) the plan with the lowest predicted peak (see
-    lowest_peak_plan), -1 every eligible tensor, N the first N.
+    Attributes:
+        moved: the candidates that move, in forward order.
+        rule: what decided them.
+        peak_bytes, peak_bytes_without_lms: the predicted peaks with the plan and with nothing moved
+            (persistent bytes included); None without a predictor.
+        budget_bytes: what the plan had to fit: the user's budget, or the device's capacity less the
+            headroom (``FITS_DEVICE``); None otherwise.
+        fits: whether ``peak_bytes`` is within ``budget_bytes`` (None without a budget).
+        plans_tried: predictions the search made.
+        note: said to the user (where nothing fits, or nothing helps).
+    """
+
+    moved: tuple[Candidate, ...] = ()
+    rule: Rule = Rule.LOWEST_PEAK
+    peak_bytes: int | None = None
+    peak_bytes_without_lms: int | None = None
+    budget_bytes: int | None = None
+    fits: bool | None = None
+    plans_tried: int = 0
+    note: str = ""
+
+    @property
+    def moved_bytes(self) -> int:
+        """Bytes copied out per step (and the same again back in)."""
+        return sum(candidate.nbytes for candidate in self.moved)
+
+    @property
+    def rule_text(self) -> str:
+        """The rule as people read it ("first 3" for FIRST_N)."""
+        return f"first {len(self.moved)}" if self.rule is Rule.FIRST_N else self.rule.value
+
+
+def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
+               transient_peak: Callable[[list[Candidate]], int] | None, persistent_bytes: int = 0,
+               budget_bytes: int | None = None, capacity_bytes: int | None = None) -> Plan:
+    """The one planning rule of LMS: which candidates move.
+
+    An explicit option wins: a ``budget_bytes`` takes the fewest bytes whose predicted peak
+    (``persistent_bytes`` plus ``transient_peak(moved)``) fits it; an explicit ``selection.n_tensors``
+    takes all (-1) or the first N. Else, where the device's ``capacity_bytes`` is known, the plan fits
+    it: nothing when the step fits its usable part (:func:`usable_bytes`), else the fewest bytes that
+    fit, else (nothing fits) the lowest peak, said in ``note``. Else the lowest predicted peak (see
+    :func:`lowest_peak_plan`). Without a predictor (``transient_peak`` None), the default moves every
+    eligible candidate.
 
     Raises:
         BudgetError: the weights and optimizer state alone exceed the budget
-            (LMS does not swap them), or no plan tried fits; the message says what to try.
+            (LMS does not swap them), or no plan tried fits it; the message says what to try.
 
     Example:
         >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(5)]
         >>> peak = lambda swapped: 600 - 100 * len(swapped)
-        >>> [c.tensor for c in plan_swaps(Selection(n_tensors=2), cands, None, 400, peak).chosen]
+        >>> [c.tensor for c in plan_swaps(Selection(n_tensors=2), cands, peak, 400).moved]
         ['t0', 't1']
-        >>> [c.tensor for c in plan_swaps(Selection(), cands, 750, 400, peak).chosen]
-        ['t0', 't1', 't2']
+        >>> plan = plan_swaps(Selection(), cands, peak, 400, budget_bytes=750)
+        >>> [c.tensor for c in plan.moved], plan.rule, plan.peak_bytes
+        (['t0', 't1', 't2'], <Rule.BUDGET: 'budget'>, 700)
+        >>> plan_swaps(Selection(), cands, peak, 400, capacity_bytes=1250).moved  # 1000 fits 80% of 1250
+        ()
+        >>> len(plan_swaps(Selection(), cands, peak, 400, capacity_bytes=1000).moved)  # 800 fits: 2 swaps
+        2
     """
+    eligible = selection.eligible(candidates)
+
     def predicted_peak(chosen):
         return persistent_bytes + transient_peak(chosen)
 
@@ -276,7 +344,29 @@ def plan_swaps(selection: Selection, candidates: Iterable[Candidate], budget_byt
             raise BudgetError(f"the model's weights and optimizer state alone take {format_mib(persistent_bytes)}, "
                               f"above the budget of {format_mib(budget_bytes)}; LMS swaps activations, not weights: "
                               "raise the budget or use a smaller model")
-        return fewest_swaps_within(selection.eligible(candidates), budget_bytes, predicted_peak)
-    if selection.n_tensors is PLANNED:
-        return lowest_peak_plan(selection.eligible(candidates), predicted_peak)
-    return PlanSearch(selection.select(candidates))
+        if transient_peak is None:
+            return Plan(tuple(eligible), Rule.BUDGET, budget_bytes=budget_bytes)
+        return _plan(fewest_swaps_within(eligible, budget_bytes, predicted_peak), Rule.BUDGET, budget_bytes)
+    if selection.n_tensors is not PLANNED or transient_peak is None:
+        chosen = selection.select(candidates)
+        rule = Rule.FIRST_N if selection.n_tensors not in (-1, PLANNED) else Rule.ALL
+        if transient_peak is None:
+            return Plan(tuple(chosen), rule)
+        return Plan(tuple(chosen), rule, predicted_peak(chosen), predicted_peak([]), plans_tried=2)
+    if capacity_bytes is not None:
+        usable = usable_bytes(capacity_bytes)
+        try:
+            return _plan(fewest_swaps_within(eligible, usable, predicted_peak), Rule.FITS_DEVICE, usable)
+        except BudgetError:
+            lowest = lowest_peak_plan(eligible, predicted_peak)
+            note = (f"the step does not fit the device even so: predicted {format_mib(lowest.peak_bytes)} with the "
+                    f"lowest-peak plan, above {format_mib(usable)} ({1 - CAPACITY_HEADROOM:.0%} of its "
+                    f"{format_mib(capacity_bytes)}); try a smaller batch")
+            return _plan(lowest, Rule.FITS_DEVICE, usable, note)
+    return _plan(lowest_peak_plan(eligible, predicted_peak), Rule.LOWEST_PEAK)
+
+
+def _plan(search: PlanSearch, rule: Rule, budget_bytes: int | None = None, note: str = "") -> Plan:
+    fits = None if budget_bytes is None else search.peak_bytes <= budget_bytes
+    return Plan(tuple(search.chosen), rule, search.peak_bytes, search.peak_bytes_without_lms, budget_bytes, fits,
+                search.plans_tried, note)

@@ -53,8 +53,9 @@ class LmsStats:
     # the predicted peak explained (TensorFlow; lms/peak.py): {"phase", "op", "bytes", "by_kind", "top"}
     peak: dict | None = None
     peak_without_lms: dict | None = None
-    budget_bytes: int | None = None  # the budget asked for, if any
-    plan_rule: str | None = None  # "lowest predicted peak", "budget", "first N", "all eligible"
+    budget_bytes: int | None = None  # what the plan had to fit: the budget asked for, or the capacity less headroom
+    capacity_bytes: int | None = None  # the device's memory as its framework sees it (None: not known)
+    plan_rule: str | None = None  # core.plan.Rule: "lowest predicted peak", "fits the device", "budget", ...
     plans_tried: int | None = None  # predictions the plan search made (TensorFlow)
     planning_s: float | None = None  # the plan search's time (TensorFlow)
     notes: list[str] = field(default_factory=list)

@@ -1,25 +1,29 @@
 """LMS on TensorFlow: the per-fit engine behind the ``LMS`` callback.
 
-Each trace of the train step is rewritten as it is traced: candidates found,
-the swaps planned (plan.plan_swaps), swap ops inserted (rewrite.py).
-After the first step, the partition graphs TensorFlow executed are replayed
-for the predicted peaks. The first step's executed graphs are collected,
-and collection is put back when that step ends. Grappler runs as it would
-without LMS (the swap ops are of types it leaves in place), so the kernels
-that run, and the math, are those of a plain fit.
+Each trace of the train step is rewritten as it is traced: candidates found, a first plan made on the
+traced graph (``core.plan.plan_swaps``), swap ops inserted (rewrite.py). Where the plan is searched (the
+default, a budget), the first step is a probe: it swaps every eligible candidate, and its executed graphs
+(collected for that step only) are the partition graphs TensorFlow ran, after Grappler and placement, in
+which any subset of the swaps can be undone (``predict.ExecutedStep``): the plan is made on them. Where it
+differs from the probe, the train function is made again with it (one retrace) and its own executed
+graphs give the figures; where it moves nothing, LMS steps out and the model trains with its own train
+function (XLA too, if it was compiled so). Where the device's capacity is known and the traced step fits
+it, the first step swaps nothing and, if its executed graphs fit too, LMS steps out after it. Grappler
+runs as it would without LMS (the swap ops are of types it leaves in place), so the kernels that run,
+and the math, are those of a plain fit.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 
 import tensorflow as tf
 
 from ... import compat
 from ...units import MIB, format_mib
-from ..core.plan import PLANNED, BudgetError, plan_swaps
+from ..backend import Action
+from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import predict as _predict
@@ -28,12 +32,12 @@ from .graph import phase_of
 
 
 class TensorFlowBackend:
-    """One fit's LMS on TensorFlow; ``stats`` is the callback's dict, filled in as the step is traced and run.
+    """One fit's LMS on TensorFlow, filling in the fit's stats as the step is traced and run.
 
     Args:
         model: the compiled Keras model.
         options: the LMS options, with ``device`` and ``host_device`` resolved.
-        stats: the fit's stats, filled in as the step is traced and run.
+        stats: the fit's stats (``capacity_bytes`` and ``batch_size`` found by the callback).
     """
 
     jit_note = "XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering"
@@ -44,20 +48,24 @@ class TensorFlowBackend:
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         self._hint = options.batch_size
-        self.step = None  # the rewritten step's TracedStep, after the first trace
+        self.step = None  # the traced step's TracedStep, after the first trace
         self._traces: dict = {}
         self._chosen: dict[int | None, list[str]] = {}  # batch size -> the tensors the plan swaps
+        self._candidates: list = []  # the first trace's candidates (TensorCandidate), for the executed plan
+        self._plan: Plan | None = None
         self._layer_of = _rewrite_ops.layer_resolver(model)
         self._budget_checked = False
         self._run_metadata: list = []
-        self._planned: dict = {}
+        self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
+        self._retraces = 0
         self._persistent_tensors = None
 
     @contextlib.contextmanager
     def step_scope(self):
-        """The first step's executed graphs collected."""
+        """The executed graphs collected while a step's plan is checked (the first step, and the step after a
+        retrace)."""
         with contextlib.ExitStack() as stack:
-            if not self._run_metadata:  # the first step: TensorFlow instantiates the function
+            if not self._run_metadata:  # TensorFlow instantiates the function in this step
                 stack.enter_context(compat.collected_function_graphs(self._run_metadata))
             yield
 
@@ -92,7 +100,7 @@ class TensorFlowBackend:
                                       data)
         probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
         try:
-            self._plan(probe.get_operations(), data)
+            self._traced_plan(probe.get_operations(), data)
         except BudgetError as error:
             raise BudgetError(f"LMS: {error}") from None
 
@@ -107,8 +115,18 @@ class TensorFlowBackend:
             self.stats.update(batch_size=self._hint(), batch_size_source="batch_size_hint")
         return self.stats.batch_size
 
-    def _plan(self, ops, data, budget: bool = True):
-        """Finds the candidates of a traced step and chooses the ones to swap."""
+    def _search(self, candidates, transient_peak, budget: bool = True) -> Plan:
+        """The one planning rule over ``candidates`` (TensorCandidate) with a predictor of their transient peak."""
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        selection = self.selection
+        if self.stats.batch_size is None and selection.n_tensors is PLANNED:  # nothing to size a plan with
+            return plan_swaps(selection, [item.candidate for item in candidates], None)
+        return plan_swaps(selection, [item.candidate for item in candidates],
+                          lambda cands: transient_peak([by_tensor[c.tensor] for c in cands]),
+                          self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes)
+
+    def _traced_plan(self, ops, data, budget: bool = True):
+        """Finds the candidates of a traced step and makes the first plan, on the traced graph."""
         batch = self._batch_size(data)
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         if batch is None:
@@ -118,35 +136,26 @@ class TensorFlowBackend:
             notes.append(f"TensorFlow traces this data with an unknown batch size (a last batch smaller than the "
                          f"others, a generator, tf.data without drop_remainder): LMS planned for batches of {batch} "
                          f"({self.stats.batch_size_source})")
-        by_tensor = {item.candidate.tensor: item for item in candidates}
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
-        persistent = sum(tensor.nbytes for tensor in self._persistent())
         started = time.perf_counter()
-        selection = self.selection
-        if batch is None and selection.n_tensors is PLANNED:  # nothing to size a plan with: TFLMS's rule, all
-            selection = dataclasses.replace(selection, n_tensors=-1)
-        search = plan_swaps(selection, [item.candidate for item in candidates],
-                            self.budget_bytes if budget else None, persistent,
-                            lambda cands: step.predicted_transient_peak([by_tensor[c.tensor] for c in cands]))
-        self._planned = {"plan_rule": selection.rule(budget and self.budget_bytes is not None),
-                         "plans_tried": search.plans_tried,
-                         "planning_s": time.perf_counter() - started}
-        if self._planned["plan_rule"] == "lowest predicted peak" and candidates and not search.chosen:
-            notes.append(self._nothing_helps(step, search.peak_bytes))
-        return candidates, notes, step, persistent, input_bytes, [by_tensor[c.tensor] for c in search.chosen]
+        plan = self._search(candidates, step.predicted_transient_peak, budget)
+        self.stats.update(planning_s=time.perf_counter() - started)
+        return candidates, notes, step, input_bytes, plan
 
     def _persistent(self):
         if self._persistent_tensors is None:
             self._persistent_tensors = _predict.persistent_tensors(self.model)
         return self._persistent_tensors
 
+    def _persistent_bytes(self) -> int:
+        return sum(tensor.nbytes for tensor in self._persistent())
+
     def _optimizer_scope(self) -> str | None:
         return getattr(getattr(self.model, "optimizer", None), "name", None)
 
-    def _nothing_helps(self, step, peak_bytes: int | None) -> str:
+    def _nothing_helps(self, op: str, peak_bytes: int | None) -> str:
         """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why."""
-        op = step.replay([]).peak_after or "?"
         phase = phase_of(op, self._optimizer_scope())
         why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
                "backward": "the tensors live there are read by the backward pass at that point or just after",
@@ -160,41 +169,69 @@ class TensorFlowBackend:
         if self._retrace_swapped(graph, ops, data):
             return
         try:
-            candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data)
+            candidates, notes, step, input_bytes, plan = self._traced_plan(ops, data)
         except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
-            candidates, notes, step, persistent, input_bytes, chosen_items = self._plan(ops, data, budget=False)
+            candidates, notes, step, input_bytes, plan = self._traced_plan(ops, data, budget=False)
             notes.append("the budget is not reachable for one batch shape: the plan with the lowest "
                          "predicted peak is used there")
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        chosen_items = [by_tensor[c.tensor] for c in plan.moved]
+        if self.stats.records is None and self._searched(plan) and (plan.moved or plan.rule is not Rule.FITS_DEVICE):
+            # the first step probes (where the device's capacity is known, only if the traced step does not fit it)
+            chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
+            self._probing = True
         if self.stats.records is not None:
             _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
             return
         batch = step.batch_size
+        persistent = self._persistent_bytes()
         replays = step.replay(chosen_items, explain=True), step.replay([], explain=True)
         traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
         records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
+        self._candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
+        self._record(records)
         self.stats.update({
-            "active": True, "backend": "tensorflow", "records": records, "candidates": len(candidates), "persistent_bytes": persistent,
-            "swapped_tensors": len(records), "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
+            "active": True, "backend": "tensorflow", "candidates": len(candidates), "persistent_bytes": persistent,
             "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
             "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
-            "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
-                      "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
-                     for r in records],
         })
-        self.stats.update(self._planned)
+        self._record_plan(plan)
         self.stats.update({name: step.explain(swaps, self._persistent(), self._layer_of, self._optimizer_scope(), result)
                            for name, swaps, result in (("peak", chosen_items, replays[0]),
                                                        ("peak_without_lms", [], replays[1]))})
+        if plan.rule is Rule.LOWEST_PEAK and candidates and not plan.moved:
+            notes.append(self._nothing_helps(replays[1].peak_after or "?", plan.peak_bytes))
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
+
+    def _searched(self, plan: Plan) -> bool:
+        """Whether the plan is searched (and so made on the executed graphs), not given by a count."""
+        return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
+            plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE)
+
+    def _record(self, records) -> None:
+        """The swaps as inserted: stats' records and plan rows."""
+        self.stats.update({
+            "records": records, "swapped_tensors": len(records),
+            "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
+            "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
+                      "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
+                     for r in records]})
+
+    def _record_plan(self, plan: Plan) -> None:
+        self.stats.update(plan_rule=plan.rule, plans_tried=(self.stats.plans_tried or 0) + plan.plans_tried,
+                          budget_bytes=plan.budget_bytes)
+        if plan.note and plan.note not in self.stats.notes:
+            self.stats.notes.append(plan.note)
 
     def _retrace_swapped(self, graph, ops, data) -> bool:
         """A retrace at a batch size already planned: the same tensors swapped, without searching again.
 
         Keras traces the train step twice when its first trace creates variables (an optimizer's slots,
-        compiled metrics); the two traces name their ops alike, so the plan carries over by name.
+        compiled metrics); the two traces name their ops alike, so the plan carries over by name. A retrace
+        after the executed graphs changed the plan inserts the new plan's swaps so.
         """
         batch = self._batch_size(data)
         if batch not in self._chosen:
@@ -203,15 +240,18 @@ class TensorFlowBackend:
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
             return False
-        _rewrite_ops.insert_swaps(graph, [by_tensor[name] for name in self._chosen[batch]], self.host_device)
+        records = _rewrite_ops.insert_swaps(graph, [by_tensor[name] for name in self._chosen[batch]], self.host_device)
+        if self._retraces:
+            self._record(records)
         return True
 
-    def first_step_done(self) -> None:
-        """Replays the partition graphs that the first step executed: the predicted peaks."""
+    def first_step_done(self) -> Action:
+        """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
+        (once), and the predicted peaks of the plan that runs."""
         partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
         self._run_metadata = [None]  # read once; the protos are released
         if not partitions or not self.stats.active:
-            return
+            return Action.KEEP
         self.stats.partition_graphs = partitions
         try:
             with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
@@ -219,16 +259,95 @@ class TensorFlowBackend:
                                                                      self._optimizer_scope())
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
-                                       f"replayed ({error})")
-            return
+                                    f"replayed ({type(error).__name__}: {error})")
+            return Action.KEEP
         self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
                            "peak": with_lms, "peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
+        if self._plan is None or not self._searched(self._plan) or self._retraces >= 2:
+            return Action.KEEP
+        try:
+            return self._plan_on_executed(partitions, without_lms["bytes"])
+        except Exception as error:  # a plan search that fails leaves the swaps that ran, said
+            self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
+                                    f"{error}): the first step's swaps stand")
+            return Action.KEEP
+
+    def _plan_on_executed(self, partitions, plain_peak_bytes: int) -> Action:
+        """After a probe (every eligible candidate swapped): the rule's plan, predicted on the executed graphs
+        with the other swaps undone; a retrace where it differs, LMS out where it moves nothing. After a
+        step that ran the plan (or nothing, where the traced step fit the device): the check."""
+        plan = self._plan
+        if not self._probing:
+            if plan.rule is Rule.FITS_DEVICE and not plan.moved and plain_peak_bytes > plan.budget_bytes:
+                return self._retrace(self._eligible_names(), probing=True, note=(
+                    f"the executed graphs predict {format_mib(plain_peak_bytes)}, above the "
+                    f"{format_mib(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
+                    "step, to plan on its graphs"))
+            if not self.stats.swapped_tensors:
+                return self._step_out(self._why_nothing(plan))
+            if plan.rule is Rule.LOWEST_PEAK and self.stats.device_peak_bytes > plain_peak_bytes:
+                return self._step_out(f"the executed graphs predict {format_mib(self.stats.device_peak_bytes)} "
+                                      f"with the planned {self.stats.swapped_tensors} swaps, above "
+                                      f"{format_mib(plain_peak_bytes)} without")
+            return Action.KEEP
+        executed = _predict.ExecutedStep(partitions, self.device, self.step)
+        held = [item for item in self._candidates if executed.holds(item)]
+        started = time.perf_counter()
+        try:
+            plan = self._search(held, executed.transient_peak)
+        except BudgetError:
+            self._probing = False
+            return Action.KEEP  # no plan fits the budget on these graphs: the probe's swaps stand
+        self.stats.update(planning_s=(self.stats.planning_s or 0) + time.perf_counter() - started)
+        self.stats.notes = [note for note in self.stats.notes if not note.startswith("no swap lowers the predicted peak")]
+        self._plan = plan
+        self._record_plan(plan)
+        names = [candidate.tensor for candidate in plan.moved]
+        if not names:
+            return self._step_out(self._why_nothing(plan))
+        if names == self._chosen[self.stats.batch_size]:
+            self._probing = False
+            return Action.KEEP
+        return self._retrace(names, probing=False, note=(
+            f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
+            f"{len(names)} of {len(held)} swapped from the second step, predicted {format_mib(plan.peak_bytes)}"))
+
+    def _eligible_names(self) -> list[str]:
+        return [c.tensor for c in self.selection.eligible(item.candidate for item in self._candidates)]
+
+    def _retrace(self, names: list[str], probing: bool, note: str) -> Action:
+        """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""
+        self.stats.notes.append(note)
+        self._chosen[self.stats.batch_size] = names
+        self._probing, self._retraces = probing, self._retraces + 1
+        self._run_metadata = []  # the next step's executed graphs give the figures
+        return Action.RETRACE
+
+    @staticmethod
+    def _why_nothing(plan: Plan) -> str:
+        if plan.rule is Rule.FITS_DEVICE:
+            return (f"the step fits the device ({format_mib(plan.peak_bytes)} predicted, within "
+                    f"{format_mib(plan.budget_bytes)})")
+        if plan.rule is Rule.BUDGET:
+            return "the step fits the budget without swaps"
+        return "no swap lowers the peak the executed graphs predict"
+
+    def _step_out(self, why: str) -> Action:
+        """Nothing moves from the next step on: the model trains with its own train function."""
+        stats = self.stats
+        stats.notes = [note for note in stats.notes if note != self.jit_note]
+        stats.notes.append(f"{why}: nothing moves from the second step on, and the model trains with its own train "
+                           "function (with XLA where it was compiled so)")
+        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, plan=[], records=[],
+                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
+        return Action.STEP_OUT
 
     def summary_line(self) -> str:
         stats = self.stats
+        rule = f"first {stats.swapped_tensors}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
         return (f"LMS: swapping {stats.swapped_tensors} of {stats.candidates} tensors "
-                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}; plan: {stats.plan_rule}) "
+                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}; plan: {rule}) "
                 f"to {self.host_device}; "
                 f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
                 f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})")

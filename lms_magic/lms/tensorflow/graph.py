@@ -107,6 +107,27 @@ def kind_of_op(op_name: str, optimizer_scope: str | None, swapped_in: bool = Fal
     return {"forward": "activations_kept", "backward": "gradients"}.get(phase_of(op_name, optimizer_scope), "other")
 
 
+def swap_name(tensor_name: str) -> str:
+    """The name LMS's swap ops of a tensor carry after their scope ("lms_swap_in/<this>").
+
+    Example:
+        >>> swap_name("model/conv/Relu:0")
+        'model/conv/Relu_0'
+    """
+    return re.sub(r"[^A-Za-z0-9_./-]", "_", tensor_name.replace(":", "_"))
+
+
+def swapped_tensor_name(op_name: str) -> str | None:
+    """For a swap-in op (traced or executed): the ``swap_name`` of the tensor it brings back; else None.
+
+    Example:
+        >>> swapped_tensor_name("StatefulPartitionedCall/lms_swap_in/model/conv/Relu_0"), swapped_tensor_name("x")
+        ('model/conv/Relu_0', None)
+    """
+    marker = SWAP_IN_SCOPE + "/"
+    return op_name.split(marker, 1)[1] if marker in op_name else None
+
+
 def is_swap_op(op_name: str) -> bool:
     """Whether an op (traced or executed) is one of LMS's swap ops.
 

@@ -198,6 +198,17 @@ def swapped_in(partition_graphs: Iterable, device: str) -> dict[str, tuple[str, 
     return found
 
 
+def swap_ins(partition_graphs: Iterable, device: str) -> dict[str, tuple[str, tuple[str, int]]]:
+    """The device _Recv nodes of swap-ins, each with the name of the host swap-in op before it (which names the
+    swapped tensor, however Grappler renamed its producer) and the device tensor it brings back."""
+    index = _PartitionIndex(partition_graphs, device)
+    found = {}
+    for recv, origin in swapped_in(partition_graphs, device).items():
+        host_op = index.resolve(recv, 0)[0]
+        found[recv] = (host_op, origin)
+    return found
+
+
 def _fill_unknown_sizes(nodes: list[Node], unknown: list[str]) -> list[Node]:
     """An output of unknown size is taken as large as the node's largest input
     (exact for element-wise ops, such as an optimizer's updates in nested functions)."""

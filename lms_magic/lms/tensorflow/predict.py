@@ -8,13 +8,15 @@ placement (collected during the first step: compat.collected_function_graphs).
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 from ..core.peak import LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, collector_paused, replay, with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_swap_op,
-                    kind_of_op, op_name_in_step, phase_of)
-from .partitions import nodes_from_partitions, swapped_in
+                    kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
+from .partitions import nodes_from_partitions, swap_ins, swapped_in
 from .rewrite import TensorCandidate, static_bytes
 
 __all__ = ["TracedStep", "variables_bytes", "persistent_tensors", "train_partitions", "executed_peaks"]
@@ -186,3 +188,40 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
         explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
                                       op_name_in_step(result.peak_after or "")))
     return explained[0], explained[1], unknown_count
+
+
+class ExecutedStep:
+    """The partition graphs TensorFlow executed for a step that swapped every eligible candidate (the probe),
+    with any subset of those swaps undone: the plan search's graph, as it runs after Grappler and placement.
+
+    A candidate of the traced step is found among the executed swaps by its swap-in op's name (which names
+    the tensor, however Grappler renamed its producer); undoing a swap makes its readers read the device
+    tensor again, as without it. Candidates whose swap the executed graphs do not hold stay as they are in
+    every prediction.
+    """
+
+    def __init__(self, partitions, device: str, traced: TracedStep):
+        suffix = device_suffix(device)
+        self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of)
+        self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
+        self._origin: dict[str, tuple[str, int]] = {}  # that _Recv -> the executed tensor it brings back
+        for recv, (host_op, origin) in swap_ins(partitions, suffix).items():
+            tensor = swapped_tensor_name(host_op)
+            if tensor is not None:
+                self._swap_ins[tensor] = recv
+                self._origin[recv] = origin
+
+    def holds(self, item: TensorCandidate) -> bool:
+        """Whether the executed graphs hold the candidate's swap (Grappler may have fused its producer away)."""
+        return swap_name(item.tensor.name) in self._swap_ins
+
+    def transient_peak(self, items: list[TensorCandidate]) -> int:
+        """Device memory the executed step allocates at its peak with only ``items`` swapped."""
+        kept = {self._swap_ins.get(swap_name(item.tensor.name)) for item in items}
+        undone = {recv: origin for recv, origin in self._origin.items() if recv not in kept}
+        with collector_paused():
+            nodes = [node if not any(name in undone for name, _ in node.inputs) else
+                     dataclasses.replace(node, inputs=tuple(undone[name] if name in undone else (name, index)
+                                                            for name, index in node.inputs))
+                     for node in self.nodes if node.name not in undone]
+            return replay(nodes).peak_bytes

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ..core.plan import Selection, lowest_peak_plan, plan_swaps
+from ..core.plan import Selection, plan_swaps
 from ..options import compiled_model, whole_number
 from .predict import TracedStep, persistent_tensors
 from .rewrite import find_candidates, layer_resolver
@@ -145,13 +145,17 @@ class StepPredictor:
         """
         eligible = [item.candidate for item in self.candidates(lb, batch_size)]  # filtered, in forward order
         # the search tries prefixes of `eligible` only, which _peak memoises by length
-        search = plan_swaps(Selection(), eligible, budget_bytes, self.persistent_bytes,
-                            lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes)
-        return len(search.chosen)
+        plan = plan_swaps(Selection(), eligible,
+                          lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes,
+                          self.persistent_bytes, budget_bytes=budget_bytes)
+        return len(plan.moved)
 
-    def planned(self, lb: int = 1, batch_size: int = 32) -> Prediction:
-        """The prediction for LMS's default plan: the lowest predicted peak, then the fewest bytes moved."""
+    def planned(self, lb: int = 1, batch_size: int = 32, capacity_bytes: int | None = None) -> Prediction:
+        """The prediction for LMS's default plan: with a device ``capacity_bytes``, nothing where the step fits,
+        else the fewest bytes that fit; without, the lowest predicted peak, then the fewest bytes moved."""
         eligible = [item.candidate for item in self.candidates(lb, batch_size)]
-        search = lowest_peak_plan(eligible, lambda swapped: self._peak(lb, batch_size, len(swapped)))
-        return self.predict(len(search.chosen), lb, batch_size)
+        plan = plan_swaps(Selection(), eligible,
+                          lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes,
+                          self.persistent_bytes, capacity_bytes=capacity_bytes)
+        return self.predict(len(plan.moved), lb, batch_size)
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from ... import compat
 from ..core.plan import Candidate
-from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, op_name_in_step, replica_prefix
+from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, op_name_in_step, replica_prefix, swap_name
 
 _SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
 _LOOP_OPS = frozenset({"While", "StatelessWhile"})
@@ -175,7 +175,7 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
     records = []
     for item in chosen:
         tensor = item.tensor
-        base = re.sub(r"[^A-Za-z0-9_./-]", "_", tensor.name.replace(":", "_"))
+        base = swap_name(tensor.name)
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
             swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"{SWAP_OUT_SCOPE}/{base}")
             swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"{SWAP_IN_SCOPE}/{base}")

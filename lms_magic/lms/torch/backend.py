@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ... import compat
 from ...units import MIB
+from ..backend import Action
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from .offload import TorchOffloader
@@ -37,10 +38,11 @@ class TorchBackend:
         device memory is free before the forward pass ends (Keras would hold all of them to its end)."""
         return compat.graph_intermediates_released(self._release_plan)
 
-    def first_step_done(self) -> None:
+    def first_step_done(self) -> Action:
         found = self.offloader.stats()
         found["notes"] = self.stats.notes + found["notes"]
         self.stats.update(found)
+        return Action.KEEP
 
     def summary_line(self) -> str:
         stats = self.stats

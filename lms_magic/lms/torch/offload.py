@@ -36,7 +36,7 @@ import torch
 
 from ... import compat
 from ...units import MIB
-from ..core.plan import Candidate, Selection
+from ..core.plan import Candidate, Rule, Selection
 
 
 def torch_device(device=None):
@@ -372,8 +372,8 @@ class TorchOffloader:
             "prediction_source": "measured (PyTorch allocator)" if self.peak_bytes is not None else None,
             "peak_source": "measured" if self.peak_bytes is not None else None, "lb_counts": "layers",
             # None offloads every eligible tensor here (no graph to plan with): the rule -1 names
-            "plan_rule": (self.selection if self.selection.n_tensors is not None
-                          else dataclasses.replace(self.selection, n_tensors=-1)).rule(self.budget_bytes is not None),
+            "plan_rule": (Rule.BUDGET if self.budget_bytes is not None else
+                          Rule.ALL if self.selection.n_tensors in (None, -1) else Rule.FIRST_N),
             "plan": [{"tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type, "shape": c.shape,
                       "bytes": c.nbytes} for c in self.swapped],
             "pinned": self.cuda, "pinned_pool_bytes": self.pool.allocated_bytes,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lms_magic.lms.core.plan import (BudgetError, Candidate, Selection, fewest_swaps_within, lowest_peak_plan,
-                                     plan_swaps)
+from lms_magic.lms.core.plan import (CAPACITY_HEADROOM, BudgetError, Candidate, Rule, Selection,
+                                     fewest_swaps_within, lowest_peak_plan, plan_swaps)
 from lms_magic.units import parse_bytes
 
 
@@ -77,14 +77,15 @@ def test_budget_does_not_assume_that_more_swaps_lower_the_peak():
 
 def test_default_plan_takes_the_lowest_peak_rather_than_every_tensor():
     candidates = [cand(i) for i in range(64)]
-    search = plan_swaps(Selection(), candidates, None, 0, valley())
-    assert len(search.chosen) == 25 and search.peak_bytes == 500 and search.peak_bytes_without_lms == 1000
+    plan = plan_swaps(Selection(), candidates, valley(), 0)
+    assert len(plan.moved) == 25 and plan.peak_bytes == 500 and plan.peak_bytes_without_lms == 1000
+    assert plan.rule is Rule.LOWEST_PEAK and plan.rule == "lowest predicted peak"
 
 
 def test_default_plan_never_predicts_above_no_lms():
     candidates = [cand(i) for i in range(300)]
-    search = plan_swaps(Selection(), candidates, None, 400, lambda swapped: 1000 + 3 * len(swapped))
-    assert search.chosen == [] and search.peak_bytes == search.peak_bytes_without_lms == 1400
+    plan = plan_swaps(Selection(), candidates, lambda swapped: 1000 + 3 * len(swapped), 400)
+    assert plan.moved == () and plan.peak_bytes == plan.peak_bytes_without_lms == 1400
 
 
 def test_among_peaks_within_one_percent_the_plan_moving_fewest_bytes_wins():
@@ -110,3 +111,38 @@ def test_plan_search_cost_stays_small_for_resnet_sized_candidate_lists():
     assert len(set(calls)) <= 80
     exhaustive = min(range(321), key=lambda count: (bumpy(candidates[:count]), count))
     assert search.peak_bytes <= 1.01 * bumpy(candidates[:exhaustive])
+
+
+def test_an_explicit_option_wins_over_the_device_capacity():
+    candidates = [cand(i) for i in range(64)]
+    peak = lambda swapped: 10_000 - 100 * len(swapped)  # noqa: E731
+    assert plan_swaps(Selection(n_tensors=3), candidates, peak, capacity_bytes=20_000).rule is Rule.FIRST_N
+    assert len(plan_swaps(Selection(n_tensors=-1), candidates, peak, capacity_bytes=20_000).moved) == 64
+    budget = plan_swaps(Selection(), candidates, peak, budget_bytes=7_000, capacity_bytes=20_000)
+    assert budget.rule is Rule.BUDGET and len(budget.moved) == 30 and budget.budget_bytes == 7_000
+
+
+def test_where_the_step_fits_the_device_nothing_moves():
+    candidates = [cand(i) for i in range(64)]
+    peak = lambda swapped: 10_000 - 100 * len(swapped)  # noqa: E731
+    capacity = int(10_000 / (1 - CAPACITY_HEADROOM)) + 1  # the plain step fits its usable part
+    plan = plan_swaps(Selection(), candidates, peak, capacity_bytes=capacity)
+    assert plan.moved == () and plan.rule is Rule.FITS_DEVICE and plan.fits and plan.budget_bytes < capacity
+
+
+def test_where_it_does_not_the_fewest_bytes_that_fit_move():
+    candidates = [cand(i) for i in range(64)]
+    plan = plan_swaps(Selection(), candidates, valley(), capacity_bytes=800)  # usable: 640
+    assert len(plan.moved) == 18 and plan.peak_bytes == 640 and plan.fits and plan.budget_bytes == 640
+    assert plan.moved_bytes == 18 * 100
+
+
+def test_where_nothing_fits_the_lowest_peak_and_a_note():
+    plan = plan_swaps(Selection(), [cand(i) for i in range(64)], valley(), capacity_bytes=500)  # usable: 400
+    assert len(plan.moved) == 25 and plan.peak_bytes == 500 and plan.fits is False
+    assert "does not fit the device even so" in plan.note and "try a smaller batch" in plan.note
+
+
+def test_without_a_predictor_the_default_moves_every_eligible_candidate():
+    plan = plan_swaps(Selection(min_bytes=100), [cand(0, 10), cand(1), cand(2)], None)
+    assert [c.forward_index for c in plan.moved] == [1, 2] and plan.rule is Rule.ALL and plan.peak_bytes is None

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from lms_magic import LMS
-from lms_magic.lms.core.plan import BudgetError
+from lms_magic.lms.core.plan import BudgetError, Rule
 from lms_magic.lms.tensorflow.predict import variables_bytes
 from tests import models
 
@@ -157,7 +157,7 @@ def test_n_tensors_swaps_the_first_n_in_every_fit_of_the_callback(lms_options, e
     model = models.residual_bn_dropout()
     for _ in range(2):  # the same callback, a second fit: planned and swapped again
         fit(model, [first_two])
-        assert first_two.stats.swapped_tensors == 2 and first_two.stats.plan_rule == "first 2"
+        assert first_two.stats.swapped_tensors == 2 and first_two.stats.plan_rule is Rule.FIRST_N
         assert where(first_two.stats.plan) == where(everything.plan)[:2]
 
 

@@ -111,15 +111,14 @@ class LMS(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._restore()
         LmsTrainFunction.remove_from(self.model)  # left by a fit that ended between a batch begin and its step
-        options = self.options
-        name = keras.backend.backend() if self._make_backend is None else "custom"
-        self.stats = LmsStats(backend=name if name in ("tensorflow", "torch") else None,
-                              budget_bytes=options.budget_bytes)
+        name = keras.backend.backend()
+        self.stats = LmsStats(backend=name if name in ("tensorflow", "torch") and self._make_backend is None else None,
+                              budget_bytes=self.options.budget_bytes)
         batch_size, source = compat.fit_batch_size(compat.calling_frames(depth=12))
         self.stats.update(batch_size=batch_size, batch_size_source=source)
-        make = self._make_backend
+        make, options = self._make_backend, self._resolved_options(name)
         if make is None:
-            make, options = self._framework_backend(name)
+            make = self._framework_backend(name, options)
             if make is None:
                 return
         self.stats.notes += options.selection.unknown_names(compat.layer_types(self.model))
@@ -129,33 +128,41 @@ class LMS(keras.callbacks.Callback):
         self._backend = make(self.model, options, self.stats)
         self._install(self._backend.train_step(self.model.train_step), self._backend.jit_note)
 
-    def _framework_backend(self, name: str) -> tuple[BackendFactory | None, LmsOptions]:
-        """The engine of Keras's backend, and the options with the devices resolved (None: LMS stays off)."""
+    def _resolved_options(self, name: str) -> LmsOptions:
+        """The options with the devices checked and filled in (the accelerator LMS relieves, the host), and the
+        accelerator's capacity in the stats."""
         from .. import devices
 
+        options = self.options
+        if name not in ("tensorflow", "torch"):
+            return options
+        devices.check_devices(options.device, options.host_device, name)
+        device = devices.accelerator(options.device, name)
+        self.stats.capacity_bytes = devices.capacity_bytes(device, name)
+        if name == "torch":
+            return options
+        return options.replace(device=device, host_device=options.host_device or devices.default_host())
+
+    def _framework_backend(self, name: str, options: LmsOptions) -> BackendFactory | None:
+        """The engine of Keras's backend (None: LMS stays off, and ``stats.reason`` says why)."""
         if name not in ("tensorflow", "torch"):
             from .jax.backend import unsupported_message
 
             raise RuntimeError(unsupported_message(name))
         compat.check_versions(name)
-        options = self.options
-        devices.check_devices(options.device, options.host_device, name)
         if name == "torch":
             from .torch.backend import TorchBackend
 
-            return TorchBackend, options
-        device = devices.accelerator(options.device, name)
-        self.stats.capacity_bytes = devices.capacity_bytes(device, name)
-        if device is None:
+            return TorchBackend
+        if options.device is None:
             self.stats.reason = "no GPU"
             if options.verbose:
                 warnings.warn("LMS: no GPU found, so nothing is swapped (pass device=... to choose one, or call "
                               "lms_magic.simulate_accelerator() to see LMS on a CPU)", LmsNotice, stacklevel=2)
-            return None, options
+            return None
         from .tensorflow.backend import TensorFlowBackend
 
-        return TensorFlowBackend, options.replace(device=device, host_device=options.host_device or
-                                                  devices.default_host())
+        return TensorFlowBackend
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._function is not None:

@@ -48,10 +48,11 @@ class TensorFlowBackend:
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         self._hint = options.batch_size
-        self.step = None  # the traced step's TracedStep, after the first trace
+        self.step = None  # the traced step's TracedStep, after the first trace (for inspection)
+        self.executed = None  # the probe's ExecutedStep, where the plan was made on one (for inspection)
         self._traces: dict = {}
         self._chosen: dict[int | None, list[str]] = {}  # batch size -> the tensors the plan swaps
-        self._candidates: list = []  # the first trace's candidates (TensorCandidate), for the executed plan
+        self.candidates: list = []  # the first trace's candidates (TensorCandidate): what the plans choose from
         self._plan: Plan | None = None
         self._layer_of = _rewrite_ops.layer_resolver(model)
         self._budget_checked = False
@@ -176,8 +177,8 @@ class TensorFlowBackend:
                          "predicted peak is used there")
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
-        if self.stats.records is None and self._searched(plan) and (plan.moved or plan.rule is not Rule.FITS_DEVICE):
-            # the first step probes (where the device's capacity is known, only if the traced step does not fit it)
+        if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
+            # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
             self._probing = True
         if self.stats.records is not None:
@@ -189,7 +190,7 @@ class TensorFlowBackend:
         traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
         records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
-        self._candidates, self._plan = candidates, plan
+        self.candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
         self._record(records)
         self.stats.update({
@@ -279,7 +280,7 @@ class TensorFlowBackend:
         step that ran the plan (or nothing, where the traced step fit the device): the check."""
         plan = self._plan
         if not self._probing:
-            if plan.rule is Rule.FITS_DEVICE and not plan.moved and plain_peak_bytes > plan.budget_bytes:
+            if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
                 return self._retrace(self._eligible_names(), probing=True, note=(
                     f"the executed graphs predict {format_mib(plain_peak_bytes)}, above the "
                     f"{format_mib(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
@@ -291,8 +292,8 @@ class TensorFlowBackend:
                                       f"with the planned {self.stats.swapped_tensors} swaps, above "
                                       f"{format_mib(plain_peak_bytes)} without")
             return Action.KEEP
-        executed = _predict.ExecutedStep(partitions, self.device, self.step)
-        held = [item for item in self._candidates if executed.holds(item)]
+        executed = self.executed = _predict.ExecutedStep(partitions, self.device, self.step)
+        held = [item for item in self.candidates if executed.holds(item)]
         started = time.perf_counter()
         try:
             plan = self._search(held, executed.transient_peak)
@@ -314,7 +315,7 @@ class TensorFlowBackend:
             f"{len(names)} of {len(held)} swapped from the second step, predicted {format_mib(plan.peak_bytes)}"))
 
     def _eligible_names(self) -> list[str]:
-        return [c.tensor for c in self.selection.eligible(item.candidate for item in self._candidates)]
+        return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
 
     def _retrace(self, names: list[str], probing: bool, note: str) -> Action:
         """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""

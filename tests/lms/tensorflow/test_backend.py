@@ -2,6 +2,8 @@
 and without it on every kind of model and data, the options' effect on what is swapped, budgets, the
 swaps TensorFlow executes, and what the stats and the summary say."""
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import tensorflow as tf
 
 from lms_magic import LMS
 from lms_magic.lms.core.plan import BudgetError, Rule
+from lms_magic.lms.tensorflow.backend import TensorFlowBackend
 from lms_magic.lms.tensorflow.predict import variables_bytes
 from tests import models
 
@@ -292,3 +295,89 @@ def test_a_batch_size_unknown_at_trace_time_is_found_in_the_fit(source, expected
     if source in ("arrays", "tf.data"):  # the only two whose traced batch dimension is unknown here
         assert any(f"LMS planned for batches of 20 ({expected})" in note for note in stats.notes)
     assert_same_training(train(models.residual_bn_dropout, make, epochs=1, **options), lms)
+
+
+@pytest.fixture
+def accelerator_memory(monkeypatch, devices):
+    """Gives the simulated accelerator a capacity (``lms_magic.simulate_accelerator(memory=...)``; the tests'
+    CPU is split already, so the call only sets it), put back as it was after the test."""
+    import lms_magic
+    from lms_magic import devices as lms_devices
+
+    for name in ("_simulated", "_simulated_memory_bytes"):
+        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
+    return lambda memory: lms_magic.simulate_accelerator(memory=memory)
+
+
+def capacity_for(usable_bytes: int) -> int:
+    """The capacity whose usable part (less the headroom) is ``usable_bytes``."""
+    from lms_magic.lms.core.plan import CAPACITY_HEADROOM
+
+    return int(usable_bytes / (1 - CAPACITY_HEADROOM)) + 1
+
+
+def fit_reference(callbacks=(), steps=4):
+    x, y = models.images(16 * steps, 32)
+    model = models.reference_cnn_small()
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=list(callbacks))
+    return model, history
+
+
+@pytest.fixture(scope="module")
+def reference_peaks(devices):
+    """The small reference CNN's executed peaks at batch 16: without LMS, and with every candidate swapped."""
+    callback = LMS(device=devices.accelerator, host_device=devices.host, n_tensors=-1, verbose=0)
+    fit_reference([callback], steps=1)
+    return callback.stats.device_peak_bytes_without_lms, callback.stats.device_peak_bytes
+
+
+def test_where_the_step_fits_the_device_nothing_moves_after_the_first_step(accelerator_memory, reference_peaks):
+    plain_peak, _ = reference_peaks
+    accelerator_memory(capacity_for(2 * plain_peak))
+    callback = LMS(verbose=0)  # a user's call: the simulated accelerator, its capacity, the default plan
+    model, history = fit_reference([callback])
+    stats = callback.stats
+    assert stats.plan_rule is Rule.FITS_DEVICE and stats.capacity_bytes == capacity_for(2 * plain_peak)
+    assert stats.budget_bytes == 2 * plain_peak and stats.device_peak_bytes <= stats.budget_bytes
+    assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0 and stats.steps == 1
+    assert any("the step fits the device" in note and "nothing moves from the second step on" in note
+               for note in stats.notes)
+    assert_same_training(fit_reference(), (model, history))
+
+
+def test_where_it_does_not_the_fewest_bytes_that_fit_move(accelerator_memory, reference_peaks):
+    plain_peak, all_swapped_peak = reference_peaks
+    usable = (plain_peak + all_swapped_peak) // 2
+    accelerator_memory(capacity_for(usable))
+    backends = []
+
+    def watched(model, options, stats):  # the TensorFlow backend, kept to read the probe's graphs after the fit
+        backends.append(TensorFlowBackend(model, options, stats))
+        return backends[-1]
+
+    callback = LMS(verbose=0, backend=watched)
+    model, history = fit_reference([callback])
+    stats, (backend,) = callback.stats, backends
+    eligible = [item for item in backend.candidates if backend.executed.holds(item)]
+    assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == usable
+    assert 0 < stats.swapped_tensors < len(eligible)
+    # the graphs that ran after the retrace: within 1% of the budget (planned on the probe's graphs with the other
+    # swaps undone, which differ a little from the graphs of the plan itself: 704 bytes over 17 MiB here)
+    assert stats.device_peak_bytes <= 1.01 * usable
+    # within 10% of the fewest bytes any subset of the candidates moves to fit, searched exhaustively on the
+    # probe's executed graphs
+    assert len(eligible) <= 14
+    persistent = stats.persistent_bytes
+    fewest = min(sum(item.candidate.nbytes for item in subset)
+                 for size in range(len(eligible) + 1) for subset in itertools.combinations(eligible, size)
+                 if persistent + backend.executed.transient_peak(list(subset)) <= usable)
+    assert stats.swapped_bytes_per_step <= 1.1 * fewest, (stats.swapped_bytes_per_step, fewest)
+    assert_same_training(fit_reference(), (model, history))
+
+
+def test_a_budget_the_step_fits_moves_nothing(lms_options, reference_peaks):
+    plain_peak, _ = reference_peaks
+    callback = LMS(**{**lms_options, "n_tensors": None, "budget": 2 * plain_peak})
+    fit_reference([callback])
+    stats = callback.stats
+    assert stats.plan_rule is Rule.BUDGET and stats.swapped_bytes_per_step == 0 and stats.steps == 1

@@ -157,11 +157,13 @@ class LmsFitResult:
         count = stats.get("swapped_tensors", 0)
         parts.append(f"{count} tensor{'' if count == 1 else 's'} swapped "
                      f"({format_size(stats.get('swapped_bytes_per_step', 0))} per step)")
+        if stats.get("predicted_step_ratio"):
+            parts.append(f"predicted step time {stats['predicted_step_ratio'] - 1:+.0%}")
         if plain is not None and plain.status == "oom":
             parts.insert(0, "without LMS: out of memory; with LMS it trained")
         elif plain is not None and plain.status == "ok":
             if plain.time_per_step_s and lms.time_per_step_s:
-                parts.append(f"step time {_change(lms.time_per_step_s, plain.time_per_step_s)}")
+                parts.append(f"measured step time {_change(lms.time_per_step_s, plain.time_per_step_s)}")
             losses = plain.final("loss"), lms.final("loss")
             if None not in losses:
                 parts.append("final loss identical" if losses[0] == losses[1] else

@@ -57,6 +57,9 @@ class LmsStats:
     capacity_bytes: int | None = None  # the device's memory as its framework sees it (None: not known)
     plan_rule: str | None = None  # core.plan.Rule: "lowest predicted peak", "fits the device", "budget", ...
     plans_tried: int | None = None  # predictions the plan search made (TensorFlow)
+    predicted_step_ratio: float | None = None  # predicted step time with LMS over the plain step (core/costs.py)
+    compute_s: float | None = None  # the plain step's compute time the ratio is made with
+    compute_source: str | None = None  # "measured: ..." or "estimated: ..."
     planning_s: float | None = None  # the plan search's time (TensorFlow)
     notes: list[str] = field(default_factory=list)
     # TensorFlow

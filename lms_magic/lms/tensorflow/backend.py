@@ -265,14 +265,38 @@ class TensorFlowBackend:
         self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
                            "peak": with_lms, "peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
-        if self._plan is None or not self._searched(self._plan) or self._retraces >= 2:
-            return Action.KEEP
+        action = Action.KEEP
+        if self._plan is not None and self._searched(self._plan) and self._retraces < 2:
+            try:
+                action = self._plan_on_executed(partitions, without_lms["bytes"])
+            except Exception as error:  # a plan search that fails leaves the swaps that ran, said
+                self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
+                                        f"{error}): the first step's swaps stand")
+        if action is not Action.RETRACE:
+            self._predict_step_time()
+        return action
+
+    def _predict_step_time(self) -> None:
+        """``stats.predicted_step_ratio``, with the step's compute estimated from its matrix FLOPs (a lower
+        bound: the ratio an upper one) and the host link's bandwidth (measured where a GPU is, else a stated
+        default)."""
+        from ...memory.bandwidth import host_link_bandwidth
+        from ..core.costs import StepCost
+        from .compute import device_flops_per_s, step_flops
+
         try:
-            return self._plan_on_executed(partitions, without_lms["bytes"])
-        except Exception as error:  # a plan search that fails leaves the swaps that ran, said
-            self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
-                                    f"{error}): the first step's swaps stand")
-            return Action.KEEP
+            flops, rate = step_flops(self.step.ops, self.stats.batch_size), device_flops_per_s(self.device)
+            link = host_link_bandwidth()
+        except Exception as error:  # a prediction must never stop training
+            self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
+            return
+        if not flops:
+            return
+        cost = StepCost(flops / rate, f"estimated: the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix "
+                                      f"products at the device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); "
+                                      f"link: {link.source}", link.device_to_host, link.host_to_device)
+        self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
+                          compute_s=cost.compute_s, compute_source=cost.source)
 
     def _plan_on_executed(self, partitions, plain_peak_bytes: int) -> Action:
         """After a probe (every eligible candidate swapped): the rule's plan, predicted on the executed graphs
@@ -351,7 +375,8 @@ class TensorFlowBackend:
                 f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}; plan: {rule}) "
                 f"to {self.host_device}; "
                 f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
-                f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})")
+                f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
+                + (f"; predicted step time {stats.predicted_step_ratio - 1:+.0%}" if stats.predicted_step_ratio else ""))
 
     def close(self) -> None:
         """Nothing to release: the swaps live in the LMS train function, which the callback drops."""

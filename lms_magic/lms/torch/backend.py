@@ -1,13 +1,22 @@
-"""The PyTorch backend of the ``LMS`` callback: one fit's offloading (offload.py) and what it reports."""
+"""The PyTorch backend of the ``LMS`` callback: one fit's offloading (offload.py), planned like TensorFlow's.
+
+The first step is a probe where the plan is searched (the default, a budget): it offloads every eligible
+saved activation, and the order in which they were saved and read back (predict.SavedTensorStep) predicts
+the peak of any set offloaded. The plan is the one rule (``core.plan.plan_swaps``: the capacity of the
+device where known, else the lowest predicted peak; a budget; or a count); later steps offload the plan's
+tensors only, and where it moves nothing the model trains with its own train function.
+"""
 
 from __future__ import annotations
 
 from ... import compat
-from ...units import MIB
+from ...units import MIB, format_mib
 from ..backend import Action
+from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
-from .offload import TorchOffloader
+from .offload import OffloadEvent, TorchOffloader
+from .predict import SavedTensorStep
 
 
 class TorchBackend:
@@ -16,7 +25,7 @@ class TorchBackend:
     Args:
         model: the model being trained.
         options: the LMS options (``device`` None: the device the model trains on).
-        stats: the fit's stats, filled in after the first step.
+        stats: the fit's stats (``capacity_bytes`` found by the callback), filled in after the first step.
         observer: handed to the :class:`TorchOffloader` (its events, for watching). Defaults to None.
     """
 
@@ -25,10 +34,17 @@ class TorchBackend:
 
     def __init__(self, model, options: LmsOptions, stats: LmsStats, observer=None):
         self.offloader = TorchOffloader(options.selection, options.lb, options.budget_bytes, options.device,
-                                        observer)
-        self.device, self.lb, self.stats = str(self.offloader.device), options.lb, stats
-        self.step = None
+                                        self._watch)
+        self.model, self.options, self.stats, self._observer = model, options, stats, observer
+        self.device, self.lb = str(self.offloader.device), options.lb
+        self._reads: list = []  # the first step's backward reads, in order
         self._release_plan = compat.graph_release_plan(model)
+
+    def _watch(self, event: OffloadEvent) -> None:
+        if event.kind == "read" and self.offloader.steps == 0:
+            self._reads.append(event.candidate)
+        if self._observer is not None:
+            self._observer(event)
 
     def train_step(self, original):
         return lambda data: self.offloader.run(original, data)
@@ -42,7 +58,45 @@ class TorchBackend:
         found = self.offloader.stats()
         found["notes"] = self.stats.notes + found["notes"]
         self.stats.update(found)
+        eligible = self.offloader.selection.eligible(self.offloader.candidates)
+        if not eligible:
+            return Action.KEEP
+        try:
+            plan = self._plan(eligible)
+        except BudgetError as error:  # measured only now: the probe's swaps stand, said
+            self.stats.notes.append(f"the budget: {error}; every eligible activation stays offloaded")
+            return Action.KEEP
+        self.offloader.n_tensors = len(plan.moved)
+        moved = list(plan.moved)
+        self.stats.update(swapped_tensors=len(moved), swapped_bytes_per_step=plan.moved_bytes,
+                          plan=[{"tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type, "shape": c.shape,
+                                 "bytes": c.nbytes} for c in moved],
+                          plan_rule=plan.rule, budget_bytes=plan.budget_bytes, plans_tried=plan.plans_tried,
+                          device_peak_bytes=plan.peak_bytes, device_peak_bytes_without_lms=plan.peak_bytes_without_lms,
+                          peak_source="predicted", prediction_source=self._source)
+        if plan.note:
+            self.stats.notes.append(plan.note)
+        if not moved and self.options.n_tensors is PLANNED:
+            why = ("the step fits the device" if plan.rule is Rule.FITS_DEVICE else
+                   "the step fits the budget" if plan.rule is Rule.BUDGET else "no offload lowers the predicted peak")
+            self.stats.notes.append(f"{why} ({format_mib(plan.peak_bytes)} predicted): nothing moves from the second "
+                                    "step on, and the model trains with its own train function")
+            return Action.STEP_OUT
         return Action.KEEP
+
+    def _plan(self, eligible) -> Plan:
+        """The one rule on the first step's saved activations, their peak predicted by replaying them."""
+        step = SavedTensorStep(eligible, self._reads, self.lb)
+        persistent = _variables_bytes(self.model)
+        offset, self._source = 0, "saved activations of the first step, replayed"
+        measured = self.offloader.peak_bytes
+        if measured is not None:  # CUDA: what the replay leaves out, from the probe's measured peak
+            probe = persistent + step.transient_peak(eligible if self.offloader.n_tensors == -1 else
+                                                     eligible[:self.offloader.n_tensors])
+            offset = max(0, measured - probe)
+            self._source += f", plus {format_mib(offset)} the allocator's first-step peak shows beyond them"
+        return plan_swaps(self.offloader.selection, eligible, step.transient_peak, persistent + offset,
+                          self.options.budget_bytes, self.stats.capacity_bytes)
 
     def summary_line(self) -> str:
         stats = self.stats
@@ -50,8 +104,18 @@ class TorchBackend:
         return (f"LMS (PyTorch): offloading {stats.swapped_tensors} of {stats.candidates} saved activations "
                 f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb} layers) to "
                 f"{'pinned ' if stats.pinned else ''}host memory; "
-                + (f"{self.device} peak {peak / MIB:.1f} MiB ({stats.prediction_source})" if peak is not None
-                   else "no device peak (not a CUDA device)"))
+                + (f"predicted {self.device} peak {peak / MIB:.1f} MiB with LMS, "
+                   f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
+                   if peak is not None else "no device peak predicted"))
 
     def close(self) -> None:
         self.offloader.close()
+
+
+def _variables_bytes(model) -> int:
+    """The bytes of the model's and its optimizer's variables (held through the step)."""
+    import numpy as np
+
+    optimizer = getattr(model, "optimizer", None)
+    variables = {id(v): v for v in list(model.variables) + list(getattr(optimizer, "variables", []))}.values()
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)

@@ -189,9 +189,7 @@ class TorchOffloader:
     Args:
         selection: which saved activations may go (n_tensors, min_bytes, layers).
         lb: how many layers ahead of the backward pass the copies back start.
-        budget_bytes: a device memory budget: the first step offloads every
-            eligible tensor and measures its peak; later steps keep on the
-            device the last ones (in forward order) that still fit.
+        budget_bytes: unused here (the backend plans for it: torch/backend.py); kept for the stats' rule.
         device: "cuda", "cuda:1", "cpu"... Defaults to the first GPU, else the CPU.
         observer: called with an :class:`OffloadEvent` as each storage goes to the host ("offload"),
             starts back ("copy_in") and is read by the backward pass ("read"): to watch the offloading
@@ -206,7 +204,7 @@ class TorchOffloader:
         self.cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.pool = PinnedPool(pin=self.cuda)
-        # None (planned) offloads every eligible tensor here: PyTorch has no graph to predict from
+        # how many eligible tensors go, in forward order (-1: all); the backend sets it after the first step
         self.n_tensors = -1 if budget_bytes is not None or selection.n_tensors is None else selection.n_tensors
         self.notes: list[str] = []
         self.steps = 0
@@ -214,8 +212,6 @@ class TorchOffloader:
         self.swapped: list[Candidate] = []
         self.peak_bytes: int | None = None
         self.other_devices: set[str] = set()  # where the saved activations that were not on `device` live
-        if budget_bytes is not None and not self.cuda:
-            self.notes.append("the budget needs a CUDA device to measure against: every eligible tensor is offloaded")
 
     # -- one step ------------------------------------------------------------------------------
     def run(self, train_step, data):
@@ -246,25 +242,10 @@ class TorchOffloader:
             if not self.candidates and self.other_devices:
                 self.notes.append(f"no saved activation was on {self.device}: the model trains on "
                                   f"{', '.join(sorted(self.other_devices))}; leave `device` unset to offload from there")
-            if self.budget_bytes is not None and self.cuda:
-                self._fit_budget()
         self.swapped = self._step_swapped
         self._waiting = []
         self._seen = {}
         self.steps += 1
-
-    def _fit_budget(self) -> None:
-        """After a first step with everything eligible offloaded: keep on the device what still fits."""
-        room = self.budget_bytes - self.peak_bytes
-        eligible = self.selection.eligible(self.candidates)
-        kept = 0
-        while kept < len(eligible) and eligible[len(eligible) - 1 - kept].nbytes <= room:
-            room -= eligible[len(eligible) - 1 - kept].nbytes
-            kept += 1
-        self.n_tensors = len(eligible) - kept
-        if room < 0:
-            self.notes.append(f"the measured peak with every eligible tensor offloaded, {self.peak_bytes / MIB:.1f} "
-                              f"MiB, is above the budget of {self.budget_bytes / MIB:.1f} MiB")
 
     # -- the hooks -----------------------------------------------------------------------------
     def _pack(self, tensor):

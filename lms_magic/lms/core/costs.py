@@ -1,0 +1,46 @@
+"""The step-time cost of moving activations (pure Python).
+
+The copies overlap compute on a side stream: the copies to the host run during the forward pass, the copies
+back during the backward pass. So a step with LMS takes at least the forward pass or its copies out,
+whichever is longer, plus the backward pass or its copies back:
+
+    step = max(forward, moved / to_host) + max(backward, moved / to_device)
+
+with the forward pass a third of the plain step's compute and the backward pass two thirds (a backward
+op computes two gradients for a forward op's one). The ratio to the plain step is 1.0 when nothing moves
+and grows with the bytes moved, so among plans that fit, the one that moves the fewest bytes is the one
+with the least predicted step time. The swaps start with the first tensors of the forward pass, whose
+copies have the whole step to hide in; the last layers' activations, whose copies back could not hide,
+are the last to move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKWARD_SHARE = 2 / 3  # of a plain step's compute
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What predicts a step's time: its compute (and where that figure comes from) and the host link.
+
+    Example:
+        >>> cost = StepCost(compute_s=0.3, source="measured", to_host_bytes_per_s=10e9, to_device_bytes_per_s=10e9)
+        >>> cost.ratio(0), round(cost.ratio(1.5e9), 3), round(cost.ratio(4e9), 3)
+        (1.0, 1.167, 2.667)
+    """
+
+    compute_s: float
+    source: str  # "measured: ..." or "estimated: ..."
+    to_host_bytes_per_s: float
+    to_device_bytes_per_s: float
+
+    def step_s(self, moved_bytes: int) -> float:
+        """The predicted step time with ``moved_bytes`` copied out in the forward pass and back in the backward."""
+        forward, backward = self.compute_s * (1 - BACKWARD_SHARE), self.compute_s * BACKWARD_SHARE
+        return max(forward, moved_bytes / self.to_host_bytes_per_s) + max(backward, moved_bytes / self.to_device_bytes_per_s)
+
+    def ratio(self, moved_bytes: int) -> float:
+        """The predicted step time with ``moved_bytes`` moved over the plain step's (1.0 when nothing moves)."""
+        return self.step_s(moved_bytes) / self.compute_s if self.compute_s > 0 else 1.0

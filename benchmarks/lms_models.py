@@ -7,8 +7,17 @@ step; `LMS` then checks it on the executed graphs):
     default plan, and with every candidate swapped (TFLMS's default);
   - the tensors and bytes the default plan moves per step;
   - the planning time (candidates + search + replays; the trace is separate);
+  - the plan LMS makes for a device of --memory-gib (default 16; the capacity
+    default: nothing moves where the step fits 80% of it, else the fewest bytes
+    that fit) and its predicted_step_ratio (core/costs.py) on a device that
+    runs the step's matrix FLOPs at --device-tflops with a --link-gbps host link
+    (the defaults are the H100 of benchmarks/results/h100-2026-11-23: its link
+    measured 54.8 GB/s with pinned copies, and 7.3 TFLOP/s is the rate at which
+    ResNet-50 224x224's counted FLOPs, 23.2 GFLOP a sample, ran in its measured
+    plain step: 316 samples/s at batch 64 on Keras's PyTorch backend);
   - with --largest, the largest batch whose predicted peak fits --memory-gib
-    (default 16) without LMS and with the default plan, and their ratio.
+    without LMS and with the default plan, their ratio, and the predicted step
+    ratio of the capacity plan at LMS's largest batch.
 
     python benchmarks/lms_models.py --models ResNet50,DenseNet121 --largest
 """
@@ -22,7 +31,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from lms_magic.lms.core.costs import StepCost  # noqa: E402
 from lms_magic.lms.core.plan import Selection  # noqa: E402
+from lms_magic.lms.tensorflow.compute import step_flops  # noqa: E402
 from lms_magic.lms.tensorflow.predictor import StepPredictor  # noqa: E402
 from lms_magic.lms.tensorflow.probe import largest_batch  # noqa: E402
 
@@ -44,7 +55,19 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--largest", action="store_true", help="also search the largest batch within --memory-gib")
     parser.add_argument("--memory-gib", type=float, default=16)
+    parser.add_argument("--device-tflops", type=float, default=7.3)
+    parser.add_argument("--link-gbps", type=float, default=54.8)
     args = parser.parse_args()
+    memory = int(args.memory_gib * GIB)
+
+    def capacity_plan(predictor, batch: int) -> str:
+        planned = predictor.planned(1, batch, capacity_bytes=memory)
+        flops = step_flops(predictor.trace(batch).ops, batch)
+        cost = StepCost(flops / (args.device_tflops * 1e12), "assumed", args.link_gbps * 1e9, args.link_gbps * 1e9)
+        return (f"at {args.memory_gib:g} GiB: {planned.swapped_bytes_per_step / GIB:.2f} GiB moved, predicted peak "
+                f"{planned.peak_bytes / GIB:.2f} GiB, predicted_step_ratio {cost.ratio(planned.swapped_bytes_per_step):.2f} "
+                f"({flops / 1e9:.0f} GFLOP a step)")
+
     for name in args.models.split(","):
         model = build(name, args.size)
         sample = (np.zeros((1, args.size, args.size, 3), "float32"), np.zeros((1,), "int64"))
@@ -59,12 +82,12 @@ def main():
               f"{planned.candidates} tensors, {planned.swapped_bytes_per_step / GIB:.2f} GiB out per step), "
               f"{everything.peak_bytes / GIB:.2f} GiB with all swapped ({everything.swapped_bytes_per_step / GIB:.2f} "
               f"GiB); trace {predictor.trace_s:.1f} s, planning {planning_s:.2f} s", flush=True)
+        print(f"  {capacity_plan(predictor, args.batch)}", flush=True)
         if args.largest:
-            memory = int(args.memory_gib * GIB)
             plain = largest_batch(model, sample, memory, with_lms=False, min_bytes=64 * 1024)
             lms = largest_batch(model, sample, memory, with_lms=True, n_tensors=None, min_bytes=64 * 1024)
             print(f"  largest batch within {args.memory_gib:g} GiB by prediction: {plain} without LMS, {lms} with "
-                  f"({lms / max(plain, 1):.1f}x)", flush=True)
+                  f"({lms / max(plain, 1):.1f}x); batch {lms} {capacity_plan(predictor, lms)}", flush=True)
 
 
 if __name__ == "__main__":

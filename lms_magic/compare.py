@@ -122,7 +122,8 @@ class VariantRunner:
             histories[name] = outcome.history
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
             results.append(VariantResult.from_run(name, outcome.status, error, outcome.recorder, profiler.report,
-                                                  outcome.history, lms, batch_size))
+                                                  outcome.history, lms, batch_size,
+                                                  compat.jit_compile_requested(model)))
         chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
         return chosen if chosen is not None else keras.callbacks.History(), results
 

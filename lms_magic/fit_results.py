@@ -24,16 +24,27 @@ class VariantResult:
     swapped_bytes_per_step: int = 0
     lms_stats: dict = field(default_factory=dict)
     message: str | None = None
+    jit_compile: bool | None = None  # whether the model asked for XLA (torch.compile on PyTorch)
+
+    @property
+    def xla(self) -> str | None:
+        """How the train step ran: "on", "off", or "off in LMS's steps" (LMS turns XLA off while it swaps)."""
+        if self.jit_compile is None:
+            return None
+        if not self.jit_compile:
+            return "off"
+        return "off in LMS's steps" if self.lms_stats.get("jit_compile_off") else "on"
 
     @classmethod
-    def from_run(cls, name, status, message, recorder, memory, history, lms, batch_size) -> "VariantResult":
+    def from_run(cls, name, status, message, recorder, memory, history, lms, batch_size,
+                 jit_compile: bool | None = None) -> "VariantResult":
         stats = lms.stats.to_dict() if lms is not None else {}
         return cls(name=name, status=status, steps=len(recorder.step_s), time_per_step_s=recorder.time_per_step_s(),
                    batch_size=batch_size, memory=memory,
                    history={k: [float(v) for v in vs] for k, vs in (history.history.items() if history else [])},
                    step_losses=list(recorder.losses), swapped_bytes_per_step=int(stats.get("swapped_bytes_per_step", 0)),
                    lms_stats=stats,
-                   message=message)
+                   message=message, jit_compile=jit_compile)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -59,7 +70,7 @@ class VariantResult:
             "device_peak_source": self.lms_stats.get("peak_source"),
             "predicted_device_peak_bytes": (self.lms_stats.get("device_peak_bytes")
                                             if self.lms_stats.get("peak_source") == "predicted" else None),
-            "lms_active": bool(self.lms_stats.get("active")), "memory_notes": memory["notes"],
+            "lms_active": bool(self.lms_stats.get("active")), "memory_notes": memory["notes"], "xla": self.xla,
         }
 
 
@@ -85,6 +96,7 @@ ROWS = [  # (label, function of a variant, format)
     ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else
      v.final("binary_accuracy"), "{:.4f}"),
     ("swapped (MiB/step)", lambda v: v.swapped_bytes_per_step / MIB, "{:.1f}"),
+    ("XLA (jit_compile)", lambda v: v.xla, "{}"),
 ]
 
 

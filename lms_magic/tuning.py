@@ -45,6 +45,8 @@ class Estimate:
     compute_s: float | None  # from the fastest measured trial, None before any
     lower_bound_s: float
     fits: bool | None  # within the budget (None: no budget)
+    step_ratio: float | None = None  # predicted step time over the plain step's (core/costs.py)
+    compute_source: str = ""  # where the compute time of step_ratio comes from ("measured: ...", "estimated: ...")
 
 
 class TuningSession:
@@ -85,6 +87,7 @@ class TuningSession:
         self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
         self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []
+        self._estimated_compute: dict[int, float] = {}  # batch size -> the FLOP estimate's compute seconds
 
     @property
     def persistent_bytes(self) -> int:
@@ -104,6 +107,23 @@ class TuningSession:
         rates = [t.step_s / t.setting.batch_size for t in self.trials if t.ok]
         return min(rates) * batch_size if rates else None
 
+    def step_cost(self, batch_size: int):
+        """The :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: the compute of the fastest measured
+        trial, else the traced step's matrix FLOPs at the device's rate (an estimate, which says so)."""
+        from .lms.core.costs import StepCost
+
+        link = (self.bandwidth.device_to_host, self.bandwidth.host_to_device)
+        measured = self.compute_s(batch_size)
+        if measured is not None:
+            return StepCost(measured, "measured: the fastest trial's step, per sample", *link)
+        if batch_size not in self._estimated_compute:
+            from .lms.tensorflow.compute import device_flops_per_s, step_flops
+
+            flops = step_flops(self.predictor.trace(batch_size).ops, batch_size)
+            self._estimated_compute[batch_size] = flops / device_flops_per_s(self.lms_options["device"])
+        return StepCost(self._estimated_compute[batch_size],
+                        "estimated: the traced step's matrix FLOPs at the device's rate", *link)
+
     def estimate(self, setting: Setting) -> Estimate:
         """The prediction for ``setting``: no training, one memoised replay."""
         prediction = self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size)
@@ -111,9 +131,11 @@ class TuningSession:
         transfer_s = moved / self.bandwidth.slowest
         compute_s = self.compute_s(setting.batch_size)
         fits = None if self.budget_bytes is None else prediction.peak_bytes <= self.budget_bytes
+        cost = self.step_cost(setting.batch_size)
         return Estimate(setting, prediction.peak_bytes, prediction.peak_bytes_without_lms, prediction.n_tensors,
                         prediction.swapped_bytes_per_step, prediction.candidates, transfer_s, compute_s,
-                        step_time_lower_bound(compute_s, moved, self.bandwidth.slowest), fits)
+                        step_time_lower_bound(compute_s, moved, self.bandwidth.slowest), fits,
+                        cost.ratio(prediction.swapped_bytes_per_step), cost.source.split(":")[0])
 
     def measure(self, setting: Setting) -> Trial:
         """Runs one trial (the model ends as it started) and keeps it."""

@@ -179,6 +179,7 @@ class LMS(keras.callbacks.Callback):
         if action is Action.STEP_OUT:
             LmsTrainFunction.remove_from(self.model)
             self._function = None
+            self.stats.jit_compile_off = False
         if self.stats.active:
             self._summary_line = self._backend.summary_line()
         if self.verbose:
@@ -205,6 +206,7 @@ class LMS(keras.callbacks.Callback):
         model = self.model
         if compat.jit_compile_requested(model) and jit_note not in self.stats.notes:
             self.stats.notes.append(jit_note)
+            self.stats.jit_compile_off = True
         self._lms_step = train_step
         plain = model.train_function
         try:

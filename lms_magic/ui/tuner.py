@@ -128,7 +128,11 @@ class Tuner:
                 f"{e.swapped_bytes_per_step / MIB:.1f} MiB out and back per step</td></tr>"
                 f"<tr><td>copy time</td><td>{e.transfer_s * 1e3:.1f} ms</td></tr>"
                 f"<tr><td>compute</td><td>{compute}</td></tr>"
-                f"<tr><td>step time &ge;</td><td>{e.lower_bound_s * 1e3:.1f} ms</td></tr></table>")
+                f"<tr><td>step time &ge;</td><td>{e.lower_bound_s * 1e3:.1f} ms</td></tr>"
+                + ("" if e.step_ratio is None else
+                   f"<tr><td>predicted step time</td><td><b>{e.step_ratio - 1:+.0%}</b> "
+                   f"(compute {e.compute_source})</td></tr>")
+                + "</table>")
 
     def _draw_makeup(self) -> None:
         """The predicted peak's make-up, without LMS and with the sliders' setting, and its largest tensors."""

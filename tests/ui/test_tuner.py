@@ -15,12 +15,17 @@ ACCELERATOR, HOST = DEVICES.accelerator, DEVICES.host
 
 def test_sliders_move_the_prediction_the_right_way(tuning_session):
     tuner = Tuner(tuning_session)
-    peaks = []
+    peaks, ratios = [], []
     for count in range(0, tuner.controls["n_tensors"].max + 1, 2):
         tuner.controls["n_tensors"].value = count
         peaks.append(tuner.estimate.peak_bytes)
+        ratios.append(tuner.estimate.step_ratio)
         assert f"{tuner.estimate.peak_bytes / MIB:.1f} MiB" in tuner.prediction_html.value
+        assert (f"predicted step time</td><td><b>{tuner.estimate.step_ratio - 1:+.0%}</b> (compute estimated)"
+                in tuner.prediction_html.value)
     assert all(later <= earlier for earlier, later in zip(peaks, peaks[1:]))
+    # nothing moved costs nothing; more bytes moved never predicts a faster step
+    assert ratios[0] == 1.0 and all(later >= earlier for earlier, later in zip(ratios, ratios[1:]))
     assert peaks[-1] < peaks[0]
     swapped = tuner.estimate.swapped_bytes_per_step
     tuner.controls["batch_size"].value = 32
@@ -46,6 +51,7 @@ def test_measure_adds_a_point_and_leaves_the_model_as_it_was(tuning_session):
     assert trial.peak_bytes == pytest.approx(trial.predicted_peak_bytes, rel=0.25)
     assert [t.name for t in tuner.figure.data] == ["prediction (time: lower bound)", "measured"]
     assert tuner.estimate.compute_s is not None  # the bound now includes compute
+    assert tuner.estimate.compute_source == "measured" and "(compute measured)" in tuner.prediction_html.value
     assert "not GPU times" in tuner.header.value
     assert_same_state(before, tuning_session.runner.model)
 

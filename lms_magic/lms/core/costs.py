@@ -38,9 +38,12 @@ class StepCost:
 
     def step_s(self, moved_bytes: int) -> float:
         """The predicted step time with ``moved_bytes`` copied out in the forward pass and back in the backward."""
-        forward, backward = self.compute_s * (1 - BACKWARD_SHARE), self.compute_s * BACKWARD_SHARE
+        forward = self.compute_s * (1 - BACKWARD_SHARE)
+        backward = self.compute_s - forward
         return max(forward, moved_bytes / self.to_host_bytes_per_s) + max(backward, moved_bytes / self.to_device_bytes_per_s)
 
     def ratio(self, moved_bytes: int) -> float:
         """The predicted step time with ``moved_bytes`` moved over the plain step's (1.0 when nothing moves)."""
-        return self.step_s(moved_bytes) / self.compute_s if self.compute_s > 0 else 1.0
+        if moved_bytes <= 0 or self.compute_s <= 0:
+            return 1.0
+        return self.step_s(moved_bytes) / self.compute_s

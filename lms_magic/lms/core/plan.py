@@ -19,6 +19,7 @@ fit (the least step time: the step-time model grows with the bytes moved).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from dataclasses import field as dataclass_field
 from typing import Callable, Iterable
 
 from ...units import format_mib
+from .costs import StepCost
 
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
 PLANNED = None  # n_tensors's default: the plan with the lowest predicted peak
@@ -282,6 +284,8 @@ class Plan:
         fits: whether ``peak_bytes`` is within ``budget_bytes`` (None without a budget).
         plans_tried: predictions the search made.
         note: said to the user (where nothing fits, or nothing helps).
+        step_ratio: the predicted step time with the plan over the plain step (core/costs.py; 1.0 when
+            nothing moves); None without a step cost.
     """
 
     moved: tuple[Candidate, ...] = ()
@@ -292,6 +296,7 @@ class Plan:
     fits: bool | None = None
     plans_tried: int = 0
     note: str = ""
+    step_ratio: float | None = None
 
     @property
     def moved_bytes(self) -> int:
@@ -306,7 +311,8 @@ class Plan:
 
 def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
                transient_peak: Callable[[list[Candidate]], int] | None, persistent_bytes: int = 0,
-               budget_bytes: int | None = None, capacity_bytes: int | None = None) -> Plan:
+               budget_bytes: int | None = None, capacity_bytes: int | None = None,
+               cost: StepCost | None = None) -> Plan:
     """The one planning rule of LMS: which candidates move.
 
     An explicit option wins: a ``budget_bytes`` takes the fewest bytes whose predicted peak
@@ -315,7 +321,10 @@ def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
     it: nothing when the step fits its usable part (:func:`usable_bytes`), else the fewest bytes that
     fit, else (nothing fits) the lowest peak, said in ``note``. Else the lowest predicted peak (see
     :func:`lowest_peak_plan`). Without a predictor (``transient_peak`` None), the default moves every
-    eligible candidate.
+    eligible candidate. With a ``cost``, the plan carries its predicted ``step_ratio``: the plans are
+    prefixes in forward order (the first activations, whose copies have the longest forward-to-backward
+    gap to hide in, move first; the last layers', whose copies back cannot hide, last), and the cost grows
+    with the bytes moved, so the fewest bytes that fit is also the least predicted step time.
 
     Raises:
         BudgetError: the weights and optimizer state alone exceed the budget
@@ -333,7 +342,19 @@ def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
         ()
         >>> len(plan_swaps(Selection(), cands, peak, 400, capacity_bytes=1000).moved)  # 800 fits: 2 swaps
         2
+        >>> cost = StepCost(compute_s=12e-6, source="measured", to_host_bytes_per_s=1e8, to_device_bytes_per_s=1e8)
+        >>> plan_swaps(Selection(), cands, peak, 400, capacity_bytes=800, cost=cost).step_ratio  # 4 us hidden
+        1.0
+        >>> round(plan_swaps(Selection(n_tensors=-1), cands, peak, 400, cost=cost).step_ratio, 3)  # 5 us out, 4 hide
+        1.083
     """
+    plan = _planned(selection, candidates, transient_peak, persistent_bytes, budget_bytes, capacity_bytes)
+    if cost is None:
+        return plan
+    return dataclasses.replace(plan, step_ratio=cost.ratio(plan.moved_bytes))
+
+
+def _planned(selection, candidates, transient_peak, persistent_bytes, budget_bytes, capacity_bytes) -> Plan:
     eligible = selection.eligible(candidates)
 
     def predicted_peak(chosen):

@@ -61,6 +61,9 @@ class LmsStats:
     compute_s: float | None = None  # the plain step's compute time the ratio is made with
     compute_source: str | None = None  # "measured: ..." or "estimated: ..."
     planning_s: float | None = None  # the plan search's time (TensorFlow)
+    # the model asks for XLA (jit_compile; torch.compile on PyTorch) and LMS turned it off for its steps (the
+    # predicted peaks are of the graph without XLA); False after LMS stepped out (later steps ran with it)
+    jit_compile_off: bool = False
     notes: list[str] = field(default_factory=list)
     # TensorFlow
     traced_device_peaks: tuple[int, int] | None = None  # (with, without) from the traced graph alone

@@ -60,6 +60,7 @@ class TensorFlowBackend:
         self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
         self._retraces = 0
         self._persistent_tensors = None
+        self._cost = None  # the step's StepCost, made after the first step (never while a trace runs)
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -124,7 +125,8 @@ class TensorFlowBackend:
             return plan_swaps(selection, [item.candidate for item in candidates], None)
         return plan_swaps(selection, [item.candidate for item in candidates],
                           lambda cands: transient_peak([by_tensor[c.tensor] for c in cands]),
-                          self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes)
+                          self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
+                          self._cost)
 
     def _traced_plan(self, ops, data, budget: bool = True):
         """Finds the candidates of a traced step and makes the first plan, on the traced graph."""
@@ -264,7 +266,11 @@ class TensorFlowBackend:
             return Action.KEEP
         self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
                            "peak": with_lms, "peak_without_lms": without_lms,
-                           "prediction_source": "executed partition graphs", "unknown_size_nodes": unknown})
+                           "prediction_source": "executed partition graphs" + (
+                               ", without XLA" if compat.jit_compile_requested(self.model) else ""),
+                           "unknown_size_nodes": unknown})
+        if self._cost is None:
+            self._cost = self._step_cost()
         action = Action.KEEP
         if self._plan is not None and self._searched(self._plan) and self._retraces < 2:
             try:
@@ -272,14 +278,15 @@ class TensorFlowBackend:
             except Exception as error:  # a plan search that fails leaves the swaps that ran, said
                 self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
                                         f"{error}): the first step's swaps stand")
-        if action is not Action.RETRACE:
-            self._predict_step_time()
+        if action is not Action.RETRACE and self._cost is not None:
+            self.stats.update(predicted_step_ratio=self._cost.ratio(self.stats.swapped_bytes_per_step),
+                              compute_s=self._cost.compute_s, compute_source=self._cost.source)
         return action
 
-    def _predict_step_time(self) -> None:
-        """``stats.predicted_step_ratio``, with the step's compute estimated from its matrix FLOPs (a lower
-        bound: the ratio an upper one) and the host link's bandwidth (measured where a GPU is, else a stated
-        default)."""
+    def _step_cost(self):
+        """The step's :class:`~lms_magic.lms.core.costs.StepCost`: its compute estimated from its matrix FLOPs
+        (a lower bound, so the ratio is an upper one) and the host link's bandwidth (measured where a GPU is,
+        else a stated default); None where it cannot be made."""
         from ...memory.bandwidth import host_link_bandwidth
         from ..core.costs import StepCost
         from .compute import device_flops_per_s, step_flops
@@ -289,14 +296,12 @@ class TensorFlowBackend:
             link = host_link_bandwidth()
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
-            return
+            return None
         if not flops:
-            return
-        cost = StepCost(flops / rate, f"estimated: the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix "
+            return None
+        return StepCost(flops / rate, f"estimated: the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix "
                                       f"products at the device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); "
                                       f"link: {link.source}", link.device_to_host, link.host_to_device)
-        self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
-                          compute_s=cost.compute_s, compute_source=cost.source)
 
     def _plan_on_executed(self, partitions, plain_peak_bytes: int) -> Action:
         """After a probe (every eligible candidate swapped): the rule's plan, predicted on the executed graphs

@@ -381,3 +381,35 @@ def test_a_budget_the_step_fits_moves_nothing(lms_options, reference_peaks):
     fit_reference([callback])
     stats = callback.stats
     assert stats.plan_rule is Rule.BUDGET and stats.swapped_bytes_per_step == 0 and stats.steps == 1
+
+
+def jit_compiled_reference():
+    model = models.reference_cnn_small()
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    return model
+
+
+def test_xla_is_off_while_lms_swaps_and_the_stats_say_so(lms_options):
+    callback = LMS(**{**lms_options, "n_tensors": -1})
+    x, y = models.images(32, 32)
+    model = jit_compiled_reference()
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    stats = callback.stats
+    assert stats.swapped_tensors > 0 and stats.jit_compile_off and model.jit_compile  # the model's setting is kept
+    assert stats.prediction_source == "executed partition graphs, without XLA"
+    assert any(note.startswith("XLA (jit_compile) is off while LMS trains") for note in stats.notes)
+    plain = models.reference_cnn_small()  # the same math as a plain fit without XLA, bit for bit
+    plain_history = plain.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+    assert_same_training((plain, plain_history), (model, history))
+
+
+def test_a_plan_that_moves_nothing_gives_xla_back_from_the_second_step(lms_options):
+    callback = LMS(**{**lms_options, "n_tensors": None, "budget": "1GiB"})
+    x, y = models.images(48, 32)
+    model = jit_compiled_reference()
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[callback])
+    stats = callback.stats
+    assert stats.steps == 1 and not stats.jit_compile_off and model.jit_compile
+    assert any("the model trains with its own train function (with XLA" in note for note in stats.notes)
+    assert not any(note.startswith("XLA (jit_compile) is off") for note in stats.notes)

@@ -93,6 +93,7 @@ class VariantRunner:
         from .lms.callback import LMS
 
         args, kwargs = list(args), dict(kwargs)
+        _check_callbacks(kwargs.get("callbacks"))
         data = args[0] if args else kwargs.get("x")
         if self.compare and _one_shot(kwargs.get("validation_data")):
             raise ValueError("%%lms_fit --compare cannot replay a one-shot validation generator; pass a list of "
@@ -126,6 +127,23 @@ class VariantRunner:
                                                   compat.jit_compile_requested(model)))
         chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
         return chosen if chosen is not None else keras.callbacks.History(), results
+
+
+def _check_callbacks(callbacks) -> None:
+    """Refuses, before anything is trained or saved, a ``callbacks`` that Keras's fit would fail on later.
+
+    Raises:
+        TypeError: ``callbacks`` is not a list of ``keras.callbacks.Callback`` (the message says which item).
+    """
+    if callbacks is None:
+        return
+    if isinstance(callbacks, keras.callbacks.Callback) or not isinstance(callbacks, (list, tuple)):
+        raise TypeError(f"fit(callbacks=...) takes a list of keras.callbacks.Callback objects, got "
+                        f"{type(callbacks).__name__}: write callbacks=[...]")
+    for position, callback in enumerate(callbacks):
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise TypeError(f"fit(callbacks=...): item {position} is {callback!r}, not a keras.callbacks.Callback; "
+                            "remove it (for a function, wrap it: keras.callbacks.LambdaCallback(on_epoch_end=...))")
 
 
 def _build_for_training(model, args: list, kwargs: dict) -> None:

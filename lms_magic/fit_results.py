@@ -102,7 +102,7 @@ ROWS = [  # (label, function of a variant, format)
 
 def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, int | None, int | None]:
     """(what they are, device peak with LMS, without): measured by the allocator where both variants ran on a
-    GPU, else LMS's own figures (predicted by the replay on TensorFlow, measured on PyTorch)."""
+    GPU, else LMS's own figures (predicted)."""
     measured = [_gpu_allocator_peak(v) for v in (lms, plain) if v is not None and v.status == "ok"]
     if plain is not None and len(measured) == 2 and None not in measured:
         return "device peak", measured[0], measured[1]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, needs_local_scope
+from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .cell import CompiledCell
 from .compat import output_can_be_silenced
 from .lms.core.plan import DEFAULT_MIN_BYTES
 from .memory.profile import DEFAULT_INTERVAL_S, MemoryProfiler, UnknownDeviceError, profiling
-from .options import split_options
+from .options import asks_for_help, print_help, split_options
 from .tune_magic import LmsTuneMagics
 
 
@@ -90,11 +90,15 @@ class GpuMemMagics(Magics):
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame from tracebacks)
         if cell is None:
             option_text, statement = split_options(line, self.gpumem.parser)
+            if asks_for_help(option_text):
+                return print_help(self.gpumem)
             if not statement:
                 raise UsageError("%gpumem needs a statement, e.g. %gpumem x = np.ones(10**8); "
                                  "use %%gpumem for a whole cell")
         else:
             option_text, statement = line, cell
+            if asks_for_help(option_text):
+                return print_help(self.gpumem)
         args = parse_argstring(self.gpumem, option_text)
         if cell is not None and args.statement:
             raise UsageError("%%gpumem takes options on its first line and code in the cell below; "
@@ -155,8 +159,9 @@ class LmsFitMagics(Magics):
 
     @magic_arguments()
     @argument("--n-tensors", type=int, default=None,
-              help="tensors to swap: by default the plan with the lowest predicted peak (or what %%lms_tune's "
-                   "Apply chose); -1 all, 0 none, N the first N")
+              help="tensors to swap: by default LMS's plan (nothing where the step fits the device, else the "
+                   "fewest bytes that fit; the lowest predicted peak where the capacity is unknown), or what "
+                   "%%lms_tune's Apply chose; -1 all, 0 none, N the first N")
     @argument("--lb", type=int, default=None,
               help="swap in this many backward ops ahead of the consumer (default 1, or %%lms_tune's Apply)")
     @argument("--budget", default=None, help="device memory to stay under, e.g. 6GiB (overrides --n-tensors)")
@@ -170,8 +175,8 @@ class LmsFitMagics(Magics):
     @argument("-i", "--interval", type=float, default=DEFAULT_INTERVAL_S, help="memory sampling interval (s)")
     @argument("-o", dest="return_result", action="store_true", help="return the LmsFitResult")
     @argument("-q", dest="quiet", action="store_true", help="print nothing")
-    @cell_magic
-    def lms_fit(self, line, cell):
+    @line_cell_magic
+    def lms_fit(self, line, cell=None):
         """Train every Keras fit (or legacy fit_generator) call of the cell with LMS.
 
         With --compare, each call also runs without LMS from the same starting
@@ -185,6 +190,11 @@ class LmsFitMagics(Magics):
             history = model.fit_generator(batches(x, y, 8), steps_per_epoch=25000, epochs=2)
         """
         __tracebackhide__ = True  # noqa: F841
+        if asks_for_help(line):
+            return print_help(self.lms_fit)
+        if cell is None:
+            raise UsageError("%%lms_fit works on a cell: put `%%lms_fit --compare` (or other options) on the first "
+                             "line of the cell that calls model.fit(...); %%lms_fit --help lists the options")
         args = parse_argstring(self.lms_fit, line)
         options = self._lms_options(args)
         options["verbose"] = 0 if args.quiet else 1

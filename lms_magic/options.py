@@ -1,4 +1,4 @@
-"""Splitting a line magic's options from the statement that follows them."""
+"""Splitting a line magic's options from the statement that follows them, and ``--help``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,24 @@ import re
 from IPython.core.error import UsageError
 
 _TOKEN = re.compile(r"\S+")
+HELP_FLAGS = ("-h", "--help")
+
+
+def asks_for_help(option_text: str) -> bool:
+    """Whether a magic's options ask for its usage (``-h`` or ``--help``), as argparse programs take them.
+
+    Example:
+        >>> asks_for_help("--compare --help"), asks_for_help("-q"), asks_for_help("")
+        (True, False, False)
+    """
+    return any(token in HELP_FLAGS for token in option_text.split())
+
+
+def print_help(magic) -> None:
+    """Prints a magic's help as ``%magic?`` shows it: its docstring, with the usage and every option."""
+    import inspect
+
+    print(inspect.cleandoc(magic.__doc__ or ""))
 
 
 def split_options(line: str, parser) -> tuple[str, str]:
@@ -24,7 +42,7 @@ def split_options(line: str, parser) -> tuple[str, str]:
         >>> split_options("-q -i 0.5 y = -x  # comment", parser)
         ('-q -i 0.5', 'y = -x  # comment')
     """
-    takes_value = {}
+    takes_value = {flag: False for flag in HELP_FLAGS}
     for action in parser._actions:
         for flag in action.option_strings:
             takes_value[flag] = action.nargs != 0

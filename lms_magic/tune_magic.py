@@ -9,7 +9,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .lms.core.plan import DEFAULT_MIN_BYTES
-from .units import format_mib
+from .options import asks_for_help, print_help
+from .units import format_size
 
 _USAGE = ("usage: %lms_tune MODEL --data (x, y) [--batch-size 32] [--budget 6GiB] [--steps 5] [--max-trials 12] "
           "[--min-bytes 65536] [--device /GPU:0] [--host-device /CPU:0] [--autotune]")
@@ -83,6 +84,8 @@ class LmsTuneMagics(Magics):
 
             %lms_tune model --batch-size 64 --data (x_train, y_train) --budget 6GiB
         """
+        if asks_for_help(line):
+            return print_help(self.lms_tune)
         parser = self.lms_tune.parser
         flags = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
         args = parser.parse_args(split_tune_line(line, flags))
@@ -116,8 +119,8 @@ class LmsTuneMagics(Magics):
         if not in_widget_frontend(self.shell):
             planned = session.predictor.planned(1, session.batch_size)
             print(f"%lms_tune: the sliders need a notebook. LMS's default plan swaps {planned.n_tensors} of "
-                  f"{planned.candidates} candidates: predicted peak {format_mib(planned.peak_bytes)} (without LMS "
-                  f"{format_mib(planned.peak_bytes_without_lms)}). Add --autotune to search here.")
+                  f"{planned.candidates} candidates: predicted peak {format_size(planned.peak_bytes)} (without LMS "
+                  f"{format_size(planned.peak_bytes_without_lms)}). Add --autotune to search here.")
             from .lms.core.peak import format_peak
 
             for label, count in (("without LMS", 0), ("with the plan", planned.n_tensors)):

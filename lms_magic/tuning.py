@@ -16,7 +16,7 @@ from .lms.core.plan import DEFAULT_MIN_BYTES, BudgetError
 from .lms.options import LmsOptions, whole_number
 from .units import parse_bytes
 from .lms.core.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
-from .units import format_mib
+from .units import format_size
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)
 
@@ -97,8 +97,8 @@ class TuningSession:
         """Sets the budget (None: none); refuses one below the weights and optimizer state."""
         budget_bytes = None if budget is None else parse_bytes(budget)
         if budget_bytes is not None and budget_bytes < self.persistent_bytes:
-            raise ValueError(f"the budget {format_mib(budget_bytes)} is below the model's weights and optimizer "
-                             f"state ({format_mib(self.persistent_bytes)}), which LMS does not swap: "
+            raise ValueError(f"the budget {format_size(budget_bytes)} is below the model's weights and optimizer "
+                             f"state ({format_size(self.persistent_bytes)}), which LMS does not swap: "
                              "raise the budget")
         self.budget_bytes = budget_bytes
 

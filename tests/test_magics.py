@@ -8,6 +8,7 @@ import threading
 import keras
 import numpy as np
 import pytest
+from IPython.core.error import UsageError
 
 from lms_magic.memory.host import rss_bytes
 from lms_magic.results import MemoryReport
@@ -151,6 +152,27 @@ def test_help_documents_the_options(shell):
         assert option in doc
 
 
+@pytest.mark.parametrize("cell, usage", [
+    ("%%gpumem --help\nx = 1", "%gpumem [-i INTERVAL]"),
+    ("%gpumem -h", "%gpumem [-i INTERVAL]"),
+    ("%%lms_fit --compare --help\nmodel.fit(x, y)", "%lms_fit [--n-tensors N_TENSORS]"),
+    ("%lms_fit --help", "%lms_fit [--n-tensors N_TENSORS]"),
+    ("%lms_tune --help", "%lms_tune [--data DATA]"),
+])
+def test_help_prints_the_usage_and_runs_nothing(shell, capsys, cell, usage):
+    result = shell.run_cell(cell)
+    printed = capsys.readouterr().out
+    assert result.success and usage in printed and "options:" in printed
+    assert "x" not in shell.user_ns  # the cell did not run
+
+
+def test_lms_fit_question_mark_finds_the_cell_magics_help_and_its_line_form_says_what_to_do(shell, capsys):
+    assert "--compare" in shell.find_line_magic("lms_fit").__doc__  # what %lms_fit? shows
+    result = shell.run_cell("%lms_fit --compare")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "%%lms_fit works on a cell" in str(result.error_in_exec)
+
+
 def test_unload_removes_the_magics(shell):
     shell.run_line_magic("unload_ext", "lms_magic")
     assert shell.find_cell_magic("gpumem") is None and shell.find_line_magic("gpumem") is None
@@ -227,3 +249,20 @@ def test_bad_options_are_usage_errors(fit_shell, options, words):
 def test_a_cell_without_fit_says_so(fit_shell, capsys):
     result = fit_shell.run_cell("%%lms_fit -o\nvalue = 3")
     assert result.result.calls == [] and "called no fit" in str(result.result)
+    capsys.readouterr()
+    fit_shell.run_cell("%%lms_fit\nvalue = 3")
+    assert capsys.readouterr().out.count("called no fit") == 1  # said once
+
+
+@pytest.mark.parametrize("callbacks, words", [("[None]", "item 0 is None, not a keras.callbacks.Callback"),
+                                              ("[keras.callbacks.History(), 3]", "item 1 is 3"),
+                                              ("keras.callbacks.History()", "write callbacks=[...]")])
+def test_a_bad_callback_is_refused_in_the_users_terms_and_the_model_is_untouched(fit_shell, callbacks, words):
+    fit_shell.run_cell("import keras\nmodel = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])\n"
+                       "model.compile('sgd', 'mse')\nweights = [w.copy() for w in model.get_weights()]")
+    result = fit_shell.run_cell(f"%%lms_fit\nmodel.fit(np.ones((8, 4)), np.ones((8, 2)), callbacks={callbacks}, "
+                                "verbose=0)")
+    assert isinstance(result.error_in_exec, TypeError) and words in str(result.error_in_exec)
+    model, before = fit_shell.user_ns["model"], fit_shell.user_ns["weights"]
+    assert model.optimizer.iterations.numpy() == 0
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), before))

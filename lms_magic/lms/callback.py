@@ -157,8 +157,9 @@ class LMS(keras.callbacks.Callback):
         if options.device is None:
             self.stats.reason = "no GPU"
             if options.verbose:
-                warnings.warn("LMS: no GPU found, so nothing is swapped (pass device=... to choose one, or call "
-                              "lms_magic.simulate_accelerator() to see LMS on a CPU)", LmsNotice, stacklevel=2)
+                warnings.warn("LMS: no GPU found, so nothing is swapped (pass device=..., or --device in %%lms_fit, "
+                              "to choose one, or call lms_magic.simulate_accelerator() to see LMS on a CPU)",
+                              LmsNotice, stacklevel=2)
             return None
         from .tensorflow.backend import TensorFlowBackend
 
@@ -235,7 +236,7 @@ class LMS(keras.callbacks.Callback):
             raise
 
     def summary(self) -> str:
-        """One line: what LMS swapped and the device peaks (predicted on TensorFlow, measured on PyTorch)."""
+        """One line: what LMS swapped and the device peaks (predicted)."""
         stats = self.stats
         if not stats.active:
             return f"LMS: inactive ({stats.reason})"

@@ -35,6 +35,8 @@ class Dashboard:
         """The display bundles, in order: headline, figures, table."""
         headline = {"text/html": f"<h3 class='lms-magic-headline'>{html.escape(self.headline)}</h3>",
                     "text/plain": self.headline}
+        if not self.result.calls:  # without a fit, the headline says all there is
+            return [headline]
         table = {"text/html": self.summary, "text/plain": str(self.result)}
         return [headline, *[figure_bundle(figure) for figure in self.figures], table]
 
@@ -58,4 +60,5 @@ def show(result, shell) -> None:
         display(Dashboard(result))
         return
     print(result.headline())
-    print(result)
+    if result.calls:  # without a fit, the headline says all there is
+        print(result)

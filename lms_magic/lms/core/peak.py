@@ -75,14 +75,18 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
             "top": [tensor.row() for tensor in largest]}
 
 
-def format_peak(peak: dict, mib: int = 2**20) -> str:
-    """One line: the peak's phase and op, then its make-up in MiB, largest kinds first.
+def format_peak(peak: dict) -> str:
+    """One line: the peak's phase and op, then its make-up, largest kinds first, in the peak's unit (MiB from
+    1 MiB, else KiB).
 
     Example:
         >>> format_peak({"phase": "backward", "op": "gradient_tape/conv/Conv2DBackpropFilter",
         ...              "bytes": 3 * 2**20, "by_kind": {"weights": 2**20, "gradients": 2 * 2**20}})
         'peak 3.0 MiB in the backward pass (after gradient_tape/conv/Conv2DBackpropFilter): gradients 2.0, weights 1.0'
+        >>> format_peak({"phase": "forward", "op": "Cast", "bytes": 1536, "by_kind": {"weights": 1024, "other": 512}})
+        'peak 1.5 KiB in the forward pass (after Cast): weights 1.0, other 0.5'
     """
-    parts = ", ".join(f"{kind} {value / mib:.1f}" for kind, value in
+    unit, name = (2**20, "MiB") if peak["bytes"] >= 2**20 else (2**10, "KiB")
+    parts = ", ".join(f"{kind} {value / unit:.1f}" for kind, value in
                       sorted(peak["by_kind"].items(), key=lambda item: -item[1]) if value)
-    return f"peak {peak['bytes'] / mib:.1f} MiB in the {peak['phase']} pass (after {peak['op']}): {parts}"
+    return f"peak {peak['bytes'] / unit:.1f} {name} in the {peak['phase']} pass (after {peak['op']}): {parts}"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Callable, Iterable
 
-from ...units import format_mib
+from ...units import format_size
 from .costs import StepCost
 
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
@@ -262,9 +262,9 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
     if count is None:
         best = peaks.lowest()
         raise BudgetError(
-            f"the lowest predicted device peak of any plan tried is {format_mib(peaks.peaks[best])} (swapping {best} of "
-            f"{len(eligible)} eligible tensors; all of them: {format_mib(peaks(len(eligible)))}), above the budget "
-            f"of {format_mib(budget_bytes)}; try a smaller batch, a lower min_bytes, or a larger budget"
+            f"the lowest predicted device peak of any plan tried is {format_size(peaks.peaks[best])} (swapping {best} of "
+            f"{len(eligible)} eligible tensors; all of them: {format_size(peaks(len(eligible)))}), above the budget "
+            f"of {format_size(budget_bytes)}; try a smaller batch, a lower min_bytes, or a larger budget"
         )
     return PlanSearch(eligible[:count], peaks(count), peaks(0), min(peaks.peaks.values()), peaks.peaks)
 
@@ -362,8 +362,8 @@ def _planned(selection, candidates, transient_peak, persistent_bytes, budget_byt
 
     if budget_bytes is not None:
         if persistent_bytes > budget_bytes:
-            raise BudgetError(f"the model's weights and optimizer state alone take {format_mib(persistent_bytes)}, "
-                              f"above the budget of {format_mib(budget_bytes)}; LMS swaps activations, not weights: "
+            raise BudgetError(f"the model's weights and optimizer state alone take {format_size(persistent_bytes)}, "
+                              f"above the budget of {format_size(budget_bytes)}; LMS swaps activations, not weights: "
                               "raise the budget or use a smaller model")
         if transient_peak is None:
             return Plan(tuple(eligible), Rule.BUDGET, budget_bytes=budget_bytes)
@@ -380,9 +380,9 @@ def _planned(selection, candidates, transient_peak, persistent_bytes, budget_byt
             return _plan(fewest_swaps_within(eligible, usable, predicted_peak), Rule.FITS_DEVICE, usable)
         except BudgetError:
             lowest = lowest_peak_plan(eligible, predicted_peak)
-            note = (f"the step does not fit the device even so: predicted {format_mib(lowest.peak_bytes)} with the "
-                    f"lowest-peak plan, above {format_mib(usable)} ({1 - CAPACITY_HEADROOM:.0%} of its "
-                    f"{format_mib(capacity_bytes)}); try a smaller batch")
+            note = (f"the step does not fit the device even so: predicted {format_size(lowest.peak_bytes)} with the "
+                    f"lowest-peak plan, above {format_size(usable)} ({1 - CAPACITY_HEADROOM:.0%} of its "
+                    f"{format_size(capacity_bytes)}); try a smaller batch")
             return _plan(lowest, Rule.FITS_DEVICE, usable, note)
     return _plan(lowest_peak_plan(eligible, predicted_peak), Rule.LOWEST_PEAK)
 

@@ -1,8 +1,8 @@
 """What LMS did in one fit: ``LMS.stats``, one typed record for both backends.
 
 Every field has one meaning on both backends; where a backend fills it
-differently, a field says how: ``peak_source`` ("predicted" on TensorFlow,
-"measured" on PyTorch with CUDA) for ``device_peak_bytes``, and ``lb_counts``
+differently, a field says how: ``peak_source`` ("predicted"; "measured" on PyTorch with
+CUDA where nothing was eligible to plan) for ``device_peak_bytes``, and ``lb_counts``
 ("backward ops" or "layers") for ``lb``. The record reads as attributes
 (``stats.swapped_tensors``) and, as before it was typed, by key
 (``stats["swapped_tensors"]``); ``to_dict()`` is the plain, exportable form.

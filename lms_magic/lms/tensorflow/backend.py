@@ -21,7 +21,7 @@ import time
 import tensorflow as tf
 
 from ... import compat
-from ...units import MIB, format_mib
+from ...units import MIB, format_size
 from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
@@ -163,7 +163,7 @@ class TensorFlowBackend:
         why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
                "backward": "the tensors live there are read by the backward pass at that point or just after",
                "optimizer": "the optimizer update holds the gradients and its state while the activations are gone"}
-        return (f"no swap lowers the predicted peak ({format_mib(peak_bytes) if peak_bytes else '?'}, after {op} "
+        return (f"no swap lowers the predicted peak ({format_size(peak_bytes) if peak_bytes else '?'}, after {op} "
                 f"in the {phase} pass: {why[phase]}): nothing is swapped")
 
     def _rewrite(self, graph, start: int, data) -> None:
@@ -311,15 +311,15 @@ class TensorFlowBackend:
         if not self._probing:
             if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
                 return self._retrace(self._eligible_names(), probing=True, note=(
-                    f"the executed graphs predict {format_mib(plain_peak_bytes)}, above the "
-                    f"{format_mib(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
+                    f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
+                    f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
                     "step, to plan on its graphs"))
             if not self.stats.swapped_tensors:
                 return self._step_out(self._why_nothing(plan))
             if plan.rule is Rule.LOWEST_PEAK and self.stats.device_peak_bytes > plain_peak_bytes:
-                return self._step_out(f"the executed graphs predict {format_mib(self.stats.device_peak_bytes)} "
+                return self._step_out(f"the executed graphs predict {format_size(self.stats.device_peak_bytes)} "
                                       f"with the planned {self.stats.swapped_tensors} swaps, above "
-                                      f"{format_mib(plain_peak_bytes)} without")
+                                      f"{format_size(plain_peak_bytes)} without")
             return Action.KEEP
         executed = self.executed = _predict.ExecutedStep(partitions, self.device, self.step)
         held = [item for item in self.candidates if executed.holds(item)]
@@ -341,7 +341,7 @@ class TensorFlowBackend:
             return Action.KEEP
         return self._retrace(names, probing=False, note=(
             f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
-            f"{len(names)} of {len(held)} swapped from the second step, predicted {format_mib(plan.peak_bytes)}"))
+            f"{len(names)} of {len(held)} swapped from the second step, predicted {format_size(plan.peak_bytes)}"))
 
     def _eligible_names(self) -> list[str]:
         return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
@@ -357,8 +357,8 @@ class TensorFlowBackend:
     @staticmethod
     def _why_nothing(plan: Plan) -> str:
         if plan.rule is Rule.FITS_DEVICE:
-            return (f"the step fits the device ({format_mib(plan.peak_bytes)} predicted, within "
-                    f"{format_mib(plan.budget_bytes)})")
+            return (f"the step fits the device ({format_size(plan.peak_bytes)} predicted, within "
+                    f"{format_size(plan.budget_bytes)})")
         if plan.rule is Rule.BUDGET:
             return "the step fits the budget without swaps"
         return "no swap lowers the peak the executed graphs predict"

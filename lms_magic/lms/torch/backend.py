@@ -10,7 +10,7 @@ tensors only, and where it moves nothing the model trains with its own train fun
 from __future__ import annotations
 
 from ... import compat
-from ...units import MIB, format_mib
+from ...units import MIB, format_size
 from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
@@ -79,7 +79,7 @@ class TorchBackend:
         if not moved and self.options.n_tensors is PLANNED:
             why = ("the step fits the device" if plan.rule is Rule.FITS_DEVICE else
                    "the step fits the budget" if plan.rule is Rule.BUDGET else "no offload lowers the predicted peak")
-            self.stats.notes.append(f"{why} ({format_mib(plan.peak_bytes)} predicted): nothing moves from the second "
+            self.stats.notes.append(f"{why} ({format_size(plan.peak_bytes)} predicted): nothing moves from the second "
                                     "step on, and the model trains with its own train function")
             return Action.STEP_OUT
         return Action.KEEP
@@ -94,7 +94,7 @@ class TorchBackend:
             probe = persistent + step.transient_peak(eligible if self.offloader.n_tensors == -1 else
                                                      eligible[:self.offloader.n_tensors])
             offset = max(0, measured - probe)
-            self._source += f", plus {format_mib(offset)} the allocator's first-step peak shows beyond them"
+            self._source += f", plus {format_size(offset)} the allocator's first-step peak shows beyond them"
         return plan_swaps(self.offloader.selection, eligible, step.transient_peak, persistent + offset,
                           self.options.budget_bytes, self.stats.capacity_bytes)
 

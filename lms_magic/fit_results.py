@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 
 from .results import MIB, MemoryReport
@@ -24,6 +25,7 @@ class VariantResult:
     swapped_bytes_per_step: int = 0
     lms_stats: dict = field(default_factory=dict)
     message: str | None = None
+    step_times_s: list[float] = field(default_factory=list)  # each step's time, the first (tracing) included
     jit_compile: bool | None = None  # whether the model asked for XLA (torch.compile on PyTorch)
 
     @property
@@ -43,8 +45,18 @@ class VariantResult:
                    batch_size=batch_size, memory=memory,
                    history={k: [float(v) for v in vs] for k, vs in (history.history.items() if history else [])},
                    step_losses=list(recorder.losses), swapped_bytes_per_step=int(stats.get("swapped_bytes_per_step", 0)),
-                   lms_stats=stats,
-                   message=message, jit_compile=jit_compile)
+                   lms_stats=stats, message=message, step_times_s=list(recorder.step_s),
+                   jit_compile=jit_compile)
+
+    @property
+    def step_time_spread(self) -> float | None:
+        """How much this variant's steps vary: their interquartile range over the median, the first step (which
+        traces) left out; None with fewer than 4 timed steps."""
+        timed = self.step_times_s[1:]
+        if len(timed) < 4:
+            return None
+        quartiles = statistics.quantiles(timed, n=4)
+        return (quartiles[2] - quartiles[0]) / quartiles[1] if quartiles[1] else None
 
     @property
     def samples_per_s(self) -> float | None:
@@ -159,6 +171,8 @@ class LmsFitResult:
         if not stats.get("active"):
             return f"LMS: inactive ({stats.get('reason') or 'no reason given'}): nothing was swapped"
         label, with_lms, without = device_peaks(lms, plain)
+        if not stats.get("swapped_bytes_per_step"):
+            return self._nothing_moved_headline(lms, plain, label, with_lms)
         parts = []
         if with_lms is not None and without is not None:
             source = ", without LMS by replay" if label.startswith("predicted") else ""
@@ -176,6 +190,24 @@ class LmsFitResult:
         elif plain is not None and plain.status == "ok":
             if plain.time_per_step_s and lms.time_per_step_s:
                 parts.append(f"measured step time {_change(lms.time_per_step_s, plain.time_per_step_s)}")
+            losses = plain.final("loss"), lms.final("loss")
+            if None not in losses:
+                parts.append("final loss identical" if losses[0] == losses[1] else
+                             f"final loss {losses[0]:.6g} -> {losses[1]:.6g}")
+        return "LMS: " + ", ".join(parts)
+
+    @staticmethod
+    def _nothing_moved_headline(lms: VariantResult, plain: VariantResult | None, label: str, peak) -> str:
+        """Where LMS moved nothing: the model fits, and a step-time difference is noise, not a cost."""
+        stats = lms.lms_stats
+        why = {"fits the device": "the model fits the device", "budget": "the model fits the budget"}.get(
+            str(stats.get("plan_rule")), "no swap lowers the peak")
+        parts = [f"{why}" + (f" ({label} {format_size(peak)})" if peak is not None else "") + ": nothing moved"]
+        if plain is not None and plain.status == "ok":
+            if plain.time_per_step_s and lms.time_per_step_s:
+                spreads = [s for s in (plain.step_time_spread, lms.step_time_spread) if s is not None]
+                noise = f"steps vary by {max(spreads):.0%}" if spreads else "too few steps to tell"
+                parts.append(f"step time {_change(lms.time_per_step_s, plain.time_per_step_s)} is noise ({noise})")
             losses = plain.final("loss"), lms.final("loss")
             if None not in losses:
                 parts.append("final loss identical" if losses[0] == losses[1] else

@@ -37,3 +37,16 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     page = (tmp_path / "report.html").read_text()
     assert page.count('class="plotly-graph-div"') == 4
     assert page.count("<script") >= 5 and 'src="https://cdn.plot.ly' not in page  # plotly.js inline: opens offline
+
+
+def test_where_nothing_moved_the_headline_says_the_model_fits_and_the_step_time_is_noise(fit_shell):
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --budget 1GiB\n"
+                                "model.fit(x, y, batch_size=8, epochs=1, verbose=0)")
+    no_lms, lms = result.result.variants
+    assert lms.lms_stats["swapped_bytes_per_step"] == 0 and lms.steps >= 5
+    headline = Dashboard(result.result).headline
+    assert headline.startswith("LMS: the model fits the budget (predicted device peak ")
+    assert ": nothing moved, step time " in headline and "is noise (steps vary by " in headline
+    spread = max(no_lms.step_time_spread, lms.step_time_spread)
+    assert f"steps vary by {spread:.0%})" in headline and "final loss identical" in headline
+    assert "cost" not in headline and "tensors swapped" not in headline

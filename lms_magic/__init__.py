@@ -15,8 +15,15 @@ Example:
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 __version__ = "0.1.0"
+
+# TensorFlow's INFO lines at import (oneDNN, CPU features, absl's preamble) fill a notebook's first output; where
+# TensorFlow is not imported yet and the user set no level, they are hidden (its warnings and errors still show)
+if "tensorflow" not in sys.modules:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 _PUBLIC = {
     "profile_memory": "lms_magic.memory.profile",
@@ -38,7 +45,11 @@ __all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension
 
 def __getattr__(name: str):
     if name in _PUBLIC:
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
+        from .quiet import start_up_lines_hidden
+
+        with start_up_lines_hidden():  # where this is the first import of Keras: no start-up lines in the notebook
+            module = importlib.import_module(_PUBLIC[name])
+        return getattr(module, name)
     raise AttributeError(f"module 'lms_magic' has no attribute {name!r}")
 
 

@@ -46,9 +46,13 @@ def simulate_accelerator(memory=None) -> bool:
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
         raise ValueError("simulate_accelerator() splits TensorFlow's CPU; with KERAS_BACKEND="
                          f"{os.environ['KERAS_BACKEND']!r} use a GPU machine to see LMS at work")
-    import tensorflow as tf
+    from .quiet import start_up_lines_hidden
 
-    if tf.config.list_physical_devices("GPU"):
+    with start_up_lines_hidden():  # the first import of TensorFlow in a notebook, usually: no start-up lines
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
         return False
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:

@@ -200,6 +200,9 @@ class LmsFitMagics(Magics):
         options["verbose"] = 0 if args.quiet else 1
         compiled = CompiledCell(self.shell, cell)
 
+        from .quiet import import_keras_quietly
+
+        import_keras_quietly()
         from .compare import VariantRunner
         from .fit_results import LmsFitResult
         from .intercept import FitInterceptor

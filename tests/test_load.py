@@ -1,5 +1,6 @@
 """Loading the extension must be harmless: no framework imported, no GPU touched."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,25 @@ def test_load_ext_imports_no_framework_and_no_nvml():
         print(ip.find_cell_magic("gpumem") is not None)
     """)
     assert out.split("\n")[:2] == ["[]", "True"]
+
+
+def test_tensorflow_imported_after_loading_prints_no_info_lines_and_a_users_level_is_kept():
+    code = """
+        import os
+        from IPython.testing.globalipapp import get_ipython
+        get_ipython().run_line_magic("load_ext", "lms_magic")
+        import tensorflow as tf
+        tf.constant(1.0) + 1
+        print(os.environ["TF_CPP_MIN_LOG_LEVEL"])
+    """
+    unset = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
+    quiet = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                           env=unset)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "1"
+    assert "absl::InitializeLog" not in quiet.stderr and "cpu_feature_guard" not in quiet.stderr, quiet.stderr
+    chosen = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                            env={**unset, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert chosen.stdout.strip() == "0" and "absl::InitializeLog" in chosen.stderr  # the user's choice wins
 
 
 def test_profiling_leaves_tensorflow_configurable():
@@ -61,3 +81,26 @@ def test_tensorflow_allocator_peak_is_exact_on_cpu():
     first, second = out.strip().splitlines()[-2:]
     assert first == f"TensorFlow CPU:0 True {256 * 2**20}"
     assert "TensorFlow allocator peak 256.0 MiB" in second
+
+
+def test_the_packages_first_import_of_tensorflow_shows_no_start_up_lines_and_keeps_real_ones():
+    code = """
+        import os
+        import lms_magic
+        from lms_magic.quiet import start_up_lines_hidden
+        with start_up_lines_hidden():
+            os.write(2, b"a real problem\\n")
+        lms_magic.simulate_accelerator()
+        import tensorflow as tf
+        print(len(tf.config.list_logical_devices("CPU")))
+    """
+    # oneDNN forced on: TensorFlow then prints its notice at import whatever TF_CPP_MIN_LOG_LEVEL says
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
+    assert "oneDNN custom operations" not in done.stderr and "absl::InitializeLog" not in done.stderr, done.stderr
+    assert "a real problem" in done.stderr
+    plain = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, timeout=300,
+                           env=env)
+    assert "oneDNN custom operations" in plain.stderr  # what the package hides, where it imports TensorFlow first

@@ -1,0 +1,62 @@
+"""Importing Keras and its framework without their start-up lines in a notebook.
+
+TensorFlow writes its start-up lines (absl's preamble, "oneDNN custom operations are on", CPU features,
+CUDA plugin registrations) from C++ straight to the process's standard error, where a notebook shows them
+as a red box, whatever ``TF_CPP_MIN_LOG_LEVEL`` says for some of them. Where this package is the first
+to import the framework, it does so with file descriptor 2 captured, and writes back every line that is
+not one of those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
+
+# lines a framework writes at import that tell a notebook user nothing they can act on
+START_UP_NOISE = re.compile(
+    r"absl::InitializeLog|oneDNN custom operations are on|cpu_feature_guard|This TensorFlow binary is optimized"
+    r"|^To enable the following instructions|Unable to register cu(DNN|FFT|BLAS) factory|computation_placer"
+    r"|TF-TRT Warning|Could not find cuda drivers|All log messages before")
+
+
+def noise_removed(text: str) -> str:
+    """``text`` without the frameworks' start-up lines.
+
+    Example:
+        >>> noise_removed("W0000 ... All log messages before absl::InitializeLog() is called\\nreal problem\\n")
+        'real problem\\n'
+    """
+    kept = [line for line in text.splitlines() if not START_UP_NOISE.search(line)]
+    return "".join(line + "\n" for line in kept)
+
+
+@contextlib.contextmanager
+def start_up_lines_hidden() -> Iterator[None]:
+    """Standard error (the file descriptor, where C++ writes) captured inside the block, and written back
+    without the frameworks' start-up lines after it; a no-op where Keras is imported already."""
+    if "keras" in sys.modules or "tensorflow" in sys.modules:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = noise_removed(captured.read().decode(errors="replace"))
+            if kept:
+                sys.stderr.write(kept)
+
+
+def import_keras_quietly() -> None:
+    """Imports Keras (and its backend's framework) with the start-up lines hidden."""
+    with start_up_lines_hidden():
+        import keras  # noqa: F401

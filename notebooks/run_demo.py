@@ -20,9 +20,14 @@ DEMOS = ["gpumem_demo.ipynb", "lms_demo.ipynb", "large_images.ipynb"]
 REPORT_LINE = re.compile(r"^(host: |GPU \d|note: |partial: |peak memory: )")
 
 
+def parameters_cell(notebook):
+    """The code cell that starts with ``# Parameters`` (after the install cell)."""
+    return next(c for c in notebook.cells if c.cell_type == "code" and c.source.startswith("# Parameters"))
+
+
 def set_parameters(notebook, overrides: dict[str, str]) -> None:
-    """Rewrites ``NAME = value`` lines of the first code cell (the parameters cell)."""
-    cell = next(c for c in notebook.cells if c.cell_type == "code")
+    """Rewrites ``NAME = value`` lines of the parameters cell."""
+    cell = parameters_cell(notebook)
     for name, value in overrides.items():
         pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.M)
         if not pattern.search(cell.source):
@@ -32,7 +37,7 @@ def set_parameters(notebook, overrides: dict[str, str]) -> None:
 
 def run(path: pathlib.Path, out_dir: pathlib.Path, overrides: dict[str, str], timeout_s: int = 1200):
     notebook = nbformat.read(path, as_version=4)
-    parameters = next(c for c in notebook.cells if c.cell_type == "code").source
+    parameters = parameters_cell(notebook).source
     set_parameters(notebook, {k: v for k, v in overrides.items() if re.search(rf"^{re.escape(k)}\s*=", parameters, re.M)})
     started = time.perf_counter()
     NotebookClient(notebook, timeout=timeout_s, kernel_name="python3", store_widget_state=True,
@@ -60,7 +65,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="build", help="folder for the HTML files (default build/)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a parameter of the notebooks' first cell")
+                        help="override a parameter of the notebooks' parameters cell")
     parser.add_argument("notebooks", nargs="*", default=DEMOS)
     args = parser.parse_args(argv)
     overrides = dict(item.split("=", 1) for item in args.param)

@@ -17,6 +17,9 @@ def run_notebook(name, tmp_path, parameters):
     notebook = run_demo.run(ROOT / "notebooks" / name, tmp_path, parameters, timeout_s=300)
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
+    # quiet: no TensorFlow start-up lines (the tests force oneDNN on, whose notice ignores TF_CPP_MIN_LOG_LEVEL)
+    stderr = [o["text"] for c in notebook.cells for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not any("oneDNN" in text or "absl::InitializeLog" in text for text in stderr), stderr
     return notebook
 
 
@@ -73,3 +76,18 @@ def test_the_notebook_kernel_runs_the_versions_the_run_says(package, variable):
                    resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
     version = notebook.cells[0].outputs[0]["text"].strip()
     assert version.startswith(expected), version
+
+
+@pytest.mark.parametrize("name, extra", [("gpumem_demo.ipynb", " memory_profiler"), ("lms_demo.ipynb", ""),
+                                         ("large_images.ipynb", "")])
+def test_each_demo_starts_with_the_readmes_install_line_then_loads_the_extension(name, extra):
+    import nbformat
+
+    import lms_magic
+
+    wheel = f"lms_magic-{lms_magic.__version__}-py3-none-any.whl"
+    code = [cell.source for cell in nbformat.read(ROOT / "notebooks" / name, as_version=4).cells
+            if cell.cell_type == "code"]
+    assert code[0].startswith("# Install") and code[0].rstrip().endswith(f"%pip install -q {wheel}{extra}")
+    assert f"%pip install -q {wheel}" in (ROOT / "README.md").read_text()
+    assert code[1].startswith("# Parameters") and "%load_ext lms_magic" in code[2]

@@ -82,11 +82,12 @@ def phase_of(op_name: str, optimizer_scope: str | None) -> str:
 
     Example:
         >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
-        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7", "StatefulPartitionedCall/adam/mul_4")]
-        ['forward', 'backward', 'optimizer', 'optimizer']
+        ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7", "StatefulPartitionedCall/adam/mul_4",
+        ...  "lms_swap_in/sequential/dense/Relu_0/_90")]
+        ['forward', 'backward', 'optimizer', 'optimizer', 'backward']
     """
-    if is_backward(op_name):
-        return "backward"
+    if is_backward(op_name) or op_name_in_step(op_name).split("/")[0] == SWAP_IN_SCOPE:
+        return "backward"  # a swap-in is gated by a backward op: it runs in the backward pass
     if optimizer_scope and op_name_in_step(op_name).split("/")[0] == optimizer_scope:
         return "optimizer"
     return "forward"

@@ -213,9 +213,10 @@ def lowest_peak_plan(eligible: list[Candidate], predicted_peak: Callable[[list[C
     shortest (fewest bytes moved). Never a plan above the peak with nothing swapped.
 
     A coarse scan of ``grid`` + 1 lengths, then finer scans around the lowest,
-    then around the shortest within tolerance: 12 to 32 predictions on the keras.applications models of the
-    tests (a few hundred candidates each), 28 on a bumpy curve of 320. A dip narrower than the grid between
-    two tried lengths can be missed.
+    then around the shortest within tolerance: 40 to 84 predictions in a fit (the traced graph's search and
+    the executed graphs' together) on the keras.applications models of ``benchmarks/lms_default_plan.py``
+    (a few hundred candidates each), 28 on a bumpy curve of 320. A dip narrower than the grid between two
+    tried lengths can be missed.
 
     Example:
         >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(40)]

@@ -107,7 +107,7 @@ ROWS = [  # (label, function of a variant, format)
     ("final loss", lambda v: v.final("loss"), "{:.6f}"),
     ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else
      v.final("binary_accuracy"), "{:.4f}"),
-    ("swapped (MiB/step)", lambda v: v.swapped_bytes_per_step / MIB, "{:.1f}"),
+    ("swapped per step", lambda v: format_size(v.swapped_bytes_per_step), "{}"),
     ("XLA (jit_compile)", lambda v: v.xla, "{}"),
 ]
 
@@ -185,6 +185,12 @@ class LmsFitResult:
                      f"({format_size(stats.get('swapped_bytes_per_step', 0))} per step)")
         if stats.get("predicted_step_ratio"):
             parts.append(f"predicted step time {stats['predicted_step_ratio'] - 1:+.0%}")
+        budget = stats.get("budget_bytes")
+        if plain is None or plain.status != "oom":
+            if budget and without is not None and with_lms is not None and without > budget >= with_lms:
+                what = "the device" if str(stats.get("plan_rule")) == "fits the device" else "the budget"
+                parts.insert(0, f"without LMS the step would not fit {what} ({format_size(without)} predicted, "
+                                f"above the {format_size(budget)} LMS plans to fill); with LMS it fits")
         if plain is not None and plain.status == "oom":
             parts.insert(0, "without LMS: out of memory; with LMS it trained")
         elif plain is not None and plain.status == "ok":

@@ -31,15 +31,22 @@ def test_gpumem_demo_runs_and_reports(tmp_path, capsys):
     assert (tmp_path / "gpumem_demo.html").stat().st_size > 10_000
 
 
-def test_lms_demo_compares_fairly_headless(tmp_path, capsys):
-    notebook = run_notebook("lms_demo.ipynb", tmp_path, {"N_ROWS": "2_000"})
+def test_lms_demo_shows_the_win_then_the_seed_experiment_headless(tmp_path, capsys):
+    notebook = run_notebook("lms_demo.ipynb", tmp_path, {"N_ROWS": "2_000", "IMAGE_SIZE": "64",
+                                                         "SIMULATED_MEMORY": '"16MiB"'})
     printed = capsys.readouterr().out
     assert "lms - no_lms" in printed and "test accuracy" in printed
     loss_row = next(line for line in printed.splitlines() if "final loss" in line).split()
     assert loss_row[2] == loss_row[3]  # the same loss with and without LMS
     outputs = [o.get("data", {}) for c in notebook.cells for o in c.get("outputs", [])]
-    headline = next(d["text/plain"] for d in outputs if "lms-magic-headline" in d.get("text/html", ""))
-    assert headline.startswith("LMS: ") and "final loss identical" in headline
+    win, seed = [d["text/plain"] for d in outputs if "lms-magic-headline" in d.get("text/html", "")]
+    # part 1: the step does not fit the simulated 16 MiB without LMS and does with it, the peak down >= 20%
+    assert win.startswith("LMS: without LMS the step would not fit the device (") and "with LMS it fits" in win
+    drop = int(win.split("predicted device peak -")[1].split("%")[0])
+    assert drop >= 20 and "final loss identical" in win and "tensors swapped" in win
+    # part 2: the small model fits, nothing moves, and a step-time difference is not called a cost
+    assert seed.startswith("LMS: the model fits the device") and ": nothing moved" in seed
+    assert "final loss identical" in seed
     figures = [d for d in outputs if "application/vnd.plotly.v1+json" in d]
     assert len(figures) >= 4 and all("plotly-graph-div" in d["text/html"] for d in figures)
     page = (tmp_path / "lms_demo.html").read_text()

@@ -50,3 +50,16 @@ def test_where_nothing_moved_the_headline_says_the_model_fits_and_the_step_time_
     spread = max(no_lms.step_time_spread, lms.step_time_spread)
     assert f"steps vary by {spread:.0%})" in headline and "final loss identical" in headline
     assert "cost" not in headline and "tensors swapped" not in headline
+
+
+def test_where_the_step_would_not_fit_without_lms_the_headline_says_so_in_plain_words(fit_shell):
+    cell = "model.fit(x, y, batch_size=16, epochs=1, verbose=0)"
+    swap_all = fit_shell.run_cell(f"%%lms_fit -q -o {ON_CPUS} --n-tensors -1\n{cell}").result.variants[-1].lms_stats
+    budget = (swap_all["device_peak_bytes"] + swap_all["device_peak_bytes_without_lms"]) // 2
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --budget {budget}\n{cell}")
+    stats = result.result.variants[-1].lms_stats
+    assert stats["device_peak_bytes"] <= budget < stats["device_peak_bytes_without_lms"]
+    headline = Dashboard(result.result).headline
+    assert headline.startswith("LMS: without LMS the step would not fit the budget (")
+    assert "predicted, above the" in headline and "LMS plans to fill); with LMS it fits, predicted device peak -" in headline
+    assert "final loss identical" in headline

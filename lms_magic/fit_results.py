@@ -86,12 +86,11 @@ class VariantResult:
         }
 
 
-def _allocator_peak_mib(variant: VariantResult) -> float | None:
-    """The GPU allocators' peak, or the host allocators' where no GPU allocator was read."""
-    peak = _gpu_allocator_peak(variant)
+def _host_allocator_peak_mib(variant: VariantResult) -> float | None:
+    """The framework's host (CPU) allocator peak: on a simulated accelerator, the same RAM as the host's."""
     host = variant.memory.host
-    if peak is None and host is not None:
-        peak = max((p.peak_bytes for p in host.allocators if p.peak_bytes is not None), default=None)
+    peak = None if host is None else max((p.peak_bytes for p in host.allocators if p.peak_bytes is not None),
+                                         default=None)
     return None if peak is None else peak / MIB
 
 
@@ -103,7 +102,8 @@ ROWS = [  # (label, function of a variant, format)
     ("host peak (MiB)", lambda v: v.memory.host and v.memory.host.peak_bytes / MIB, "{:.1f}"),
     ("host increment (MiB)", lambda v: v.memory.host and v.memory.host.increment_bytes / MIB, "{:.1f}"),
     ("GPU used peak (MiB)", lambda v: max((g.peak_bytes / MIB for g in v.memory.gpus), default=None), "{:.1f}"),
-    ("allocator peak (MiB)", _allocator_peak_mib, "{:.1f}"),
+    ("GPU allocator peak (MiB)", lambda v: _gpu_allocator_peak(v) and _gpu_allocator_peak(v) / MIB, "{:.1f}"),
+    ("host allocator peak (MiB)", _host_allocator_peak_mib, "{:.1f}"),
     ("final loss", lambda v: v.final("loss"), "{:.6f}"),
     ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else
      v.final("binary_accuracy"), "{:.4f}"),

@@ -138,12 +138,12 @@ def test_dashboard_renders_in_the_browser(front_end):
                     assert f"{package} {os.environ[variable]}" in stack, stack
             text = headline.inner_text()
             assert text.startswith("LMS: ") and "final loss identical" in text and "step time" in text, text
-            # the figures below it, drawn by plotly: peak bars (2 variants), the peak's make-up (6 kinds),
-            # loss curves (2), the memory timeline; then the table
+            # the figures below it, drawn by plotly: peak bars (2 variants, device and host apart), the peak's
+            # make-up (6 kinds), loss curves (2), the memory timeline; then the table
             page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=60_000)
             traces = page.evaluate("[...document.querySelectorAll('.js-plotly-plot')].map("
                                    "p => p.data.map(t => t.name))")
-            assert traces[0] == ["no_lms", "lms"] and len(traces[1]) == 6, traces
+            assert traces[0] == ["no_lms", "lms", "no_lms", "lms"] and len(traces[1]) == 6, traces
             assert traces[2] == ["no_lms: loss", "lms: loss"], traces
             assert page.query_selector("table.lms-magic-fit") is not None
             assert page.query_selector(".jp-Notification-Toast, .Toastify__toast") is None  # nothing covers it

@@ -117,32 +117,63 @@ def fit_figures(result) -> list:
     return figures + [training_figure(result.variants), memory_overlay_figure(result.variants)]
 
 
+def size_unit(values) -> tuple[int, str]:
+    """The unit that shows the largest of ``values`` (bytes) without rounding to zero: (bytes per unit, name).
+
+    Example:
+        >>> size_unit([2048, 500]), size_unit([3 * 2**20]), size_unit([5 * 2**30])
+        ((1024, 'KiB'), (1048576, 'MiB'), (1073741824, 'GiB'))
+    """
+    largest = max((value for value in values if value is not None), default=0)
+    return next(((unit, name) for unit, name in ((2**30, "GiB"), (2**20, "MiB")) if largest >= unit), (1024, "KiB"))
+
+
 def memory_bars_figure(variants):
-    """Peak memory per variant: the device (NVML), its allocator, LMS's predicted device peak, the host.
+    """Peak memory per variant, device and host apart (never on one axis): on the left the device's (NVML's
+    used memory and its allocator's, measured, or LMS's predicted device peak, with the budget line), on the
+    right the host's RSS, measured. Each side in the unit its numbers need.
 
     A variant that ran out of memory has no bars; its name says so."""
     go = _plotly()
-    rows = [("GPU used (NVML)", lambda v: max((g.peak_bytes for g in v.memory.gpus), default=None)),
-            ("device allocator", lambda v: max((p.peak_bytes for g in v.memory.gpus for p in g.allocators
-                                                if p.peak_bytes is not None), default=None)),
-            ("host RSS", lambda v: v.memory.host.peak_bytes if v.memory.host else None)]
+    from plotly.subplots import make_subplots
+
+    device_rows = [("GPU used (NVML)", lambda v: max((g.peak_bytes for g in v.memory.gpus), default=None)),
+                   ("GPU allocator", lambda v: max((p.peak_bytes for g in v.memory.gpus for p in g.allocators
+                                                    if p.peak_bytes is not None), default=None))]
     lms = next((v for v in variants if v.name == "lms" and v.status == "ok"), None)
-    figure = go.Figure()
+    predicted = lms is not None and lms.lms_stats.get("peak_source") == "predicted"
+    device, host = {}, {}
     for variant in variants:
         label = variant.name if variant.status == "ok" else f"{variant.name}: {variant.status.upper()}"
-        values = {name: get(variant) for name, get in rows} if variant.status == "ok" else {}
-        if lms is not None and lms.lms_stats.get("peak_source") == "predicted":  # both from LMS's replay
+        values = {name: get(variant) for name, get in device_rows} if variant.status == "ok" else {}
+        if predicted:  # both from LMS's replay
             values["predicted device peak"] = lms.lms_stats.get(
                 "device_peak_bytes" if variant.name == "lms" else "device_peak_bytes_without_lms")
-        names = [name for name, value in values.items() if value is not None]
-        figure.add_trace(go.Bar(name=label, x=names, y=[values[name] / MIB for name in names],
-                                text=[f"{values[name] / MIB:.1f}" for name in names], textposition="outside"))
+        device[label] = {name: value for name, value in values.items() if value is not None}
+        rss = variant.memory.host.peak_bytes if variant.status == "ok" and variant.memory.host else None
+        host[label] = {} if rss is None else {"host RSS": rss}
     budget = lms.lms_stats.get("budget_bytes") if lms is not None else None
+    device_unit = size_unit([v for values in device.values() for v in values.values()] + [budget])
+    host_unit = size_unit([v for values in host.values() for v in values.values()])
+    measured = any(name != "predicted device peak" for values in device.values() for name in values)
+    sources = " and ".join(["measured"] * measured + ["predicted by LMS's replay"] * predicted) or "none read"
+    figure = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=(
+        f"device peak ({device_unit[1]}, {sources})", f"host peak ({host_unit[1]}, measured RSS)"))
+    for column, side, (unit, _) in ((1, device, device_unit), (2, host, host_unit)):
+        for index, (label, values) in enumerate(side.items()):
+            figure.add_trace(go.Bar(name=label, x=list(values), y=[value / unit for value in values.values()],
+                                    text=[f"{value / unit:.1f}" for value in values.values()], textposition="outside",
+                                    marker_color=_COLOURS[index % len(_COLOURS)], legendgroup=label,
+                                    showlegend=column == 1), row=1, col=column)
     if budget:
-        figure.add_hline(y=budget / MIB, line_dash="dash", annotation_text=f"budget {budget / MIB:.1f} MiB")
-    figure.update_layout(title="peak memory (MiB)", barmode="group", yaxis_title="MiB", height=340,
-                         margin=dict(l=50, r=20, t=40, b=40))
+        what = "usable device memory" if str(lms.lms_stats.get("plan_rule")) == "fits the device" else "budget"
+        figure.add_hline(y=budget / device_unit[0], line_dash="dash", row=1, col=1,
+                         annotation_text=f"{what} {budget / device_unit[0]:.1f} {device_unit[1]}")
+    figure.update_layout(title="peak memory", barmode="group", height=360, margin=dict(l=50, r=20, t=60, b=40))
     return figure
+
+
+_COLOURS = ("#636efa", "#ef553b")  # plotly's first two: a variant keeps its colour on both sides
 
 
 def peak_makeup_figure(variants):
@@ -154,13 +185,14 @@ def peak_makeup_figure(variants):
         return None
     go = _plotly()
     peaks = {"without LMS": lms.lms_stats["peak_without_lms"], "with LMS": lms.lms_stats["peak"]}
+    unit, name = size_unit([peak["bytes"] for peak in peaks.values()])
     figure = go.Figure()
     for kind in KINDS:
         figure.add_trace(go.Bar(name=kind.replace("_", " "), x=list(peaks),
-                                y=[peak["by_kind"][kind] / MIB for peak in peaks.values()],
-                                hovertemplate="%{y:.1f} MiB"))
-    figure.update_layout(title="what fills the predicted device peak (MiB)", barmode="stack", yaxis_title="MiB",
-                         height=340, margin=dict(l=50, r=20, t=40, b=40))
+                                y=[peak["by_kind"][kind] / unit for peak in peaks.values()],
+                                hovertemplate=f"%{{y:.1f}} {name}"))
+    figure.update_layout(title=f"what fills the device peak ({name}, predicted by LMS's replay)", barmode="stack",
+                         yaxis_title=name, height=340, margin=dict(l=50, r=20, t=40, b=40))
     return figure
 
 
@@ -186,11 +218,15 @@ def training_figure(variants):
     """Loss at every step of each variant."""
     go = _plotly()
     figure = go.Figure()
-    for variant in variants:
-        if variant.step_losses:
-            steps, losses = downsample(range(1, len(variant.step_losses) + 1), variant.step_losses)
-            figure.add_trace(go.Scatter(x=steps, y=losses, mode="lines", name=f"{variant.name}: loss"))
+    drawn = [variant.step_losses for variant in variants if variant.step_losses]
+    identical = len(drawn) == 2 and drawn[0] == drawn[1]
+    for index, variant in enumerate(v for v in variants if v.step_losses):
+        steps, losses = downsample(range(1, len(variant.step_losses) + 1), variant.step_losses)
+        dashed = identical and index == 1  # the second of two identical curves, dashed over the first
+        figure.add_trace(go.Scatter(x=steps, y=losses, mode="lines", name=f"{variant.name}: loss",
+                                    line=dict(dash="dash", width=3) if dashed else dict(width=2)))
     figure.update_layout(title="training loss (running mean over the epoch, as Keras logs it; "
-                               f"at most {MAX_POINTS} points a line)",
+                               + ("identical with and without LMS: the dashed line lies on the other; "
+                                  if identical else "") + f"at most {MAX_POINTS} points a line)",
                          xaxis_title="step", yaxis_title="loss", height=360, margin=dict(l=50, r=20, t=40, b=40))
     return figure

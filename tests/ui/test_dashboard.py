@@ -19,16 +19,25 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     assert "final loss identical" in dashboard.headline and "step time " in dashboard.headline
     assert f"{lms.final('loss'):.6f}" in dashboard.summary and "lms - no_lms" in dashboard.summary
     bars, makeup, training, memory = dashboard.figures
-    assert [t.name for t in bars.data] == ["no_lms", "lms"]
-    assert list(bars.data[1].x)[-1] == "predicted device peak"
-    assert bars.data[1].y[-1] < bars.data[0].y[-1]  # LMS's predicted device peak is the lower one
+    # device and host apart: the predicted device peaks on the left, host RSS on the right, each titled
+    device = [t for t in bars.data if t.xaxis == "x"]
+    host = [t for t in bars.data if t.xaxis == "x2"]
+    assert [t.name for t in device] == ["no_lms", "lms"] == [t.name for t in host]
+    assert list(device[1].x) == ["predicted device peak"] and list(host[1].x) == ["host RSS"]
+    assert device[1].y[-1] < device[0].y[-1]  # LMS's predicted device peak is the lower one
+    titles = [a.text for a in bars.layout.annotations]
+    assert titles[0].startswith("device peak (") and "predicted by LMS's replay" in titles[0]
+    assert titles[1].startswith("host peak (") and "measured RSS" in titles[1]
+    # the loss curves are identical, and the second is drawn dashed so that both show
+    assert training.data[1].line.dash == "dash" and "identical with and without LMS" in training.layout.title.text
     assert sum(t.y[0] for t in makeup.data) > sum(t.y[1] for t in makeup.data)  # stacked: without, with
     assert [t.name for t in training.data] == ["no_lms: loss", "lms: loss"]
     assert len(training.data[1].y) == lms.steps
     assert {t.name for t in memory.data} >= {"no_lms: host RSS", "lms: host RSS"}
     assert not bars.layout.shapes  # no budget asked for, no budget line
     lms.lms_stats["budget_bytes"] = 3 * 2**20
-    assert [shape.y0 for shape in Dashboard(result.result).figures[0].layout.shapes] == [3.0]
+    unit = 2**20 if max(stats["device_peak_bytes_without_lms"], 3 * 2**20) >= 2**20 else 2**10
+    assert [shape.y0 for shape in Dashboard(result.result).figures[0].layout.shapes] == [3 * 2**20 / unit]
     # plain outputs (no widget), visible in exported HTML: the headline first, every figure with an HTML form
     bundles = dashboard.bundles()
     assert html.escape(dashboard.headline) in bundles[0]["text/html"]

@@ -57,8 +57,10 @@ def test_the_dashboards_figures_show_each_variant_and_the_predicted_peaks():
              "device_peak_bytes_without_lms": without["bytes"], "peak": with_lms, "peak_without_lms": without,
              "budget_bytes": 64 * MIB}
     bars, makeup, training, memory = fit_figures(LmsFitResult(calls=[[variant("no_lms"), variant("lms", stats=stats)]]))
-    predicted = {trace.name: dict(zip(trace.x, trace.y))["predicted device peak"] for trace in bars.data}
+    device = [trace for trace in bars.data if trace.xaxis == "x"]  # the device side; host RSS on its own axis
+    predicted = {trace.name: dict(zip(trace.x, trace.y))["predicted device peak"] for trace in device}
     assert predicted == {"no_lms": 100.0, "lms": 35.0}
+    assert all("host RSS" in trace.x for trace in bars.data if trace.xaxis == "x2")
     assert [shape.y0 for shape in bars.layout.shapes] == [64.0]  # the budget line
     assert [sum(trace.y[i] for trace in makeup.data) for i in (0, 1)] == [100.0, 35.0]  # without, with: stacked
     assert [trace.name for trace in training.data] == ["no_lms: loss", "lms: loss"]
@@ -68,5 +70,21 @@ def test_the_dashboards_figures_show_each_variant_and_the_predicted_peaks():
 def test_a_variant_that_ran_out_of_memory_has_no_bars_and_says_so():
     bars = fit_figures(LmsFitResult(calls=[[variant("no_lms", status="oom", losses=()),
                                             variant("lms", stats={"active": True})]]))[0]
-    by_name = {trace.name: list(trace.x) for trace in bars.data}
-    assert by_name["no_lms: OOM"] == [] and "host RSS" in by_name["lms"]
+    host = {trace.name: list(trace.x) for trace in bars.data if trace.xaxis == "x2"}
+    assert host["no_lms: OOM"] == [] and host["lms"] == ["host RSS"]
+
+
+def test_small_figures_are_drawn_in_a_unit_that_does_not_round_to_zero():
+    without = peak({**dict.fromkeys(KINDS, 0), "weights": 0.002, "activations_kept": 0.006})
+    with_lms = peak({**dict.fromkeys(KINDS, 0), "weights": 0.002, "activations_kept": 0.001})
+    stats = {"active": True, "peak_source": "predicted", "device_peak_bytes": with_lms["bytes"],
+             "device_peak_bytes_without_lms": without["bytes"], "peak": with_lms, "peak_without_lms": without}
+    no_gpu = MemoryProfiler(interval_s=0.001, gpu_source=FakeGpuSource([])).start().stop()  # a simulated accelerator
+    variants = [variant("no_lms"), variant("lms", stats=stats)]
+    for one in variants:
+        one.memory = no_gpu
+    bars, makeup, *_ = fit_figures(LmsFitResult(calls=[variants]))
+    assert bars.layout.annotations[0].text == "device peak (KiB, predicted by LMS's replay)"
+    device = [trace for trace in bars.data if trace.xaxis == "x"]
+    assert [round(trace.y[0], 1) for trace in device] == [round(without["bytes"] / 1024, 1), round(with_lms["bytes"] / 1024, 1)]
+    assert makeup.layout.yaxis.title.text == "KiB"

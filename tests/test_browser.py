@@ -140,11 +140,12 @@ def test_dashboard_renders_in_the_browser(front_end):
             assert text.startswith("LMS: ") and "final loss identical" in text and "step time" in text, text
             # the figures below it, drawn by plotly: peak bars (2 variants, device and host apart), the peak's
             # make-up (6 kinds), loss curves (2), the memory timeline; then the table
-            page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=60_000)
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 5", timeout=60_000)
             traces = page.evaluate("[...document.querySelectorAll('.js-plotly-plot')].map("
                                    "p => p.data.map(t => t.name))")
             assert traces[0] == ["no_lms", "lms", "no_lms", "lms"] and len(traces[1]) == 6, traces
-            assert traces[2] == ["no_lms: loss", "lms: loss"], traces
+            assert ["without LMS", "with LMS"] == [t for t in traces[2] if not t.endswith(": peak")], traces
+            assert traces[3] == ["no_lms: loss", "lms: loss"], traces
             assert page.query_selector("table.lms-magic-fit") is not None
             assert page.query_selector(".jp-Notification-Toast, .Toastify__toast") is None  # nothing covers it
             (ROOT / "build").mkdir(exist_ok=True)

@@ -226,7 +226,7 @@ def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp
     page = tmp_path / "comparison.html"
     result.result.save_html(page)
     text = page.read_text()
-    assert "lms - no_lms" in text and text.count('class="plotly-graph-div"') == 4
+    assert "lms - no_lms" in text and text.count('class="plotly-graph-div"') == 5
 
 
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),

@@ -111,10 +111,40 @@ def fit_figures(result) -> list:
     """The %%lms_fit figures of the last fit call: peak memory per variant, the peak's make-up with and
     without LMS (TensorFlow's prediction), training loss and memory over time, variants overlaid."""
     figures = [memory_bars_figure(result.variants)]
-    makeup = peak_makeup_figure(result.variants)
-    if makeup is not None:
-        figures.append(makeup)
+    for optional in (peak_makeup_figure(result.variants), step_timeline_figure(result.variants)):
+        if optional is not None:
+            figures.append(optional)
     return figures + [training_figure(result.variants), memory_overlay_figure(result.variants)]
+
+
+def step_timeline_figure(variants):
+    """Device memory through one train step, without and with LMS, from LMS's replay (``stats["peak"]``'s
+    timeline): what is live when, and where the peak is. The x axis is the share of the step's ops (the
+    two replays run different numbers of ops: LMS adds its swaps)."""
+    lms = next((v for v in variants if v.name == "lms" and v.lms_stats.get("peak")), None)
+    if lms is None or not (lms.lms_stats.get("peak_without_lms") or {}).get("timeline"):
+        return None
+    go = _plotly()
+    peaks = {"without LMS": lms.lms_stats["peak_without_lms"], "with LMS": lms.lms_stats["peak"]}
+    budget = lms.lms_stats.get("budget_bytes")
+    unit, name = size_unit([peak["bytes"] for peak in peaks.values()] + [budget])
+    figure = go.Figure()
+    for label, peak in peaks.items():
+        timeline = peak.get("timeline") or []
+        x = [100 * (i + 0.5) / len(timeline) for i in range(len(timeline))]
+        figure.add_trace(go.Scatter(x=x, y=[value / unit for value in timeline], mode="lines", name=label))
+        top = max(range(len(timeline)), key=timeline.__getitem__, default=None)
+        if top is not None:
+            figure.add_trace(go.Scatter(x=[x[top]], y=[timeline[top] / unit], mode="markers+text",
+                                        text=[f"peak {timeline[top] / unit:.1f} {name} ({peak['phase']} pass)"],
+                                        textposition="top center", name=f"{label}: peak", showlegend=False))
+    if budget:
+        what = "usable device memory" if str(lms.lms_stats.get("plan_rule")) == "fits the device" else "budget"
+        figure.add_hline(y=budget / unit, line_dash="dash", annotation_text=f"{what} {budget / unit:.1f} {name}")
+    figure.update_layout(title=f"device memory through one train step ({name}, predicted by LMS's replay)",
+                         xaxis_title="share of the step's ops (%)", yaxis_title=name, height=360,
+                         margin=dict(l=50, r=20, t=40, b=40))
+    return figure
 
 
 def size_unit(values) -> tuple[int, str]:

@@ -18,7 +18,7 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     assert dashboard.headline.startswith(f"LMS: predicted device peak {saved:+d}% (")
     assert "final loss identical" in dashboard.headline and "step time " in dashboard.headline
     assert f"{lms.final('loss'):.6f}" in dashboard.summary and "lms - no_lms" in dashboard.summary
-    bars, makeup, training, memory = dashboard.figures
+    bars, makeup, timeline, training, memory = dashboard.figures
     # device and host apart: the predicted device peaks on the left, host RSS on the right, each titled
     device = [t for t in bars.data if t.xaxis == "x"]
     host = [t for t in bars.data if t.xaxis == "x2"]
@@ -28,6 +28,10 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     titles = [a.text for a in bars.layout.annotations]
     assert titles[0].startswith("device peak (") and "predicted by LMS's replay" in titles[0]
     assert titles[1].startswith("host peak (") and "measured RSS" in titles[1]
+    # one step's device memory from the replay, without and with LMS: each line's top is its predicted peak
+    lines = {trace.name: max(trace.y) for trace in timeline.data if trace.mode == "lines"}
+    assert set(lines) == {"without LMS", "with LMS"} and lines["with LMS"] < lines["without LMS"]
+    assert "predicted by LMS's replay" in timeline.layout.title.text
     # the loss curves are identical, and the second is drawn dashed so that both show
     assert training.data[1].line.dash == "dash" and "identical with and without LMS" in training.layout.title.text
     assert sum(t.y[0] for t in makeup.data) > sum(t.y[1] for t in makeup.data)  # stacked: without, with
@@ -44,7 +48,7 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     assert all("text/html" in b and "application/vnd.plotly.v1+json" in b for b in bundles[1:-1])
     result.result.save_html(tmp_path / "report.html")
     page = (tmp_path / "report.html").read_text()
-    assert page.count('class="plotly-graph-div"') == 4
+    assert page.count('class="plotly-graph-div"') == 5
     assert page.count("<script") >= 5 and 'src="https://cdn.plot.ly' not in page  # plotly.js inline: opens offline
 
 

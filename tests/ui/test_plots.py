@@ -88,3 +88,21 @@ def test_small_figures_are_drawn_in_a_unit_that_does_not_round_to_zero():
     device = [trace for trace in bars.data if trace.xaxis == "x"]
     assert [round(trace.y[0], 1) for trace in device] == [round(without["bytes"] / 1024, 1), round(with_lms["bytes"] / 1024, 1)]
     assert makeup.layout.yaxis.title.text == "KiB"
+
+
+def test_one_steps_memory_timeline_shows_both_replays_their_peaks_and_the_limit():
+    without = {**peak({**dict.fromkeys(KINDS, 0), "weights": 10, "activations_kept": 90}),
+               "timeline": [int(m * MIB) for m in (10, 60, 100, 40, 12)]}
+    with_lms = {**peak({**dict.fromkeys(KINDS, 0), "weights": 10, "activations_kept": 25}),
+                "timeline": [int(m * MIB) for m in (10, 30, 35, 20, 25, 12)]}
+    stats = {"active": True, "peak_source": "predicted", "device_peak_bytes": with_lms["bytes"],
+             "device_peak_bytes_without_lms": without["bytes"], "peak": with_lms, "peak_without_lms": without,
+             "budget_bytes": 64 * MIB, "plan_rule": "fits the device"}
+    figures = fit_figures(LmsFitResult(calls=[[variant("no_lms"), variant("lms", stats=stats)]]))
+    timeline = next(f for f in figures if f.layout.title.text.startswith("device memory through one train step"))
+    lines = {trace.name: list(trace.y) for trace in timeline.data if trace.mode == "lines"}
+    assert lines == {"without LMS": [10, 60, 100, 40, 12], "with LMS": [10, 30, 35, 20, 25, 12]}
+    marks = [trace.text[0] for trace in timeline.data if trace.mode == "markers+text"]
+    assert marks == ["peak 100.0 MiB (backward pass)", "peak 35.0 MiB (backward pass)"]
+    assert [shape.y0 for shape in timeline.layout.shapes] == [64.0]
+    assert "usable device memory 64.0 MiB" in [a.text for a in timeline.layout.annotations]

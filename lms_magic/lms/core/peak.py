@@ -26,6 +26,19 @@ from typing import Callable
 
 KINDS = ("weights", "optimizer_state", "gradients", "activations_kept", "activations_swapped_in", "other")
 TOP = 10
+TIMELINE_POINTS = 400  # the step's memory timeline in stats["peak"], at most this many points
+
+
+def step_timeline(live_bytes: list[int], base_bytes: int = 0, points: int = TIMELINE_POINTS) -> list[int]:
+    """A replay's live device memory after each op, in at most ``points`` values (each the largest of its
+    stretch of ops, so the peak stays), with ``base_bytes`` (what the replay held apart) added.
+
+    Example:
+        >>> step_timeline([1, 5, 2, 2, 9, 1, 3], base_bytes=10, points=3)
+        [15, 19, 13]
+    """
+    stretch = max(1, -(-len(live_bytes) // points))
+    return [base_bytes + max(live_bytes[i:i + stretch]) for i in range(0, len(live_bytes), stretch)]
 
 
 @dataclass(frozen=True)
@@ -59,7 +72,8 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
 
     Returns:
         ``{"phase", "op", "bytes", "by_kind": {kind: bytes}, "top": [{"name", "layer", "shape", "bytes",
-        "kind"}, ...]}``, the kinds in ``KINDS`` order and adding up to ``bytes``.
+        "kind"}, ...], "timeline": [bytes, ...]}``, the kinds in ``KINDS`` order and adding up to ``bytes``;
+        ``timeline`` the device memory through the step (:func:`step_timeline`), its largest value ``bytes``.
     """
     if result.live_at_peak is None:
         raise ValueError("explain_peak needs a replay made with explain=True")
@@ -71,8 +85,11 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
     for tensor in tensors:
         by_kind[tensor.kind if tensor.kind in by_kind else "other"] += tensor.nbytes
     largest = sorted(tensors, key=lambda t: t.nbytes, reverse=True)[:top]
-    return {"phase": phase, "op": op, "bytes": sum(by_kind.values()), "by_kind": by_kind,
-            "top": [tensor.row() for tensor in largest]}
+    total = sum(by_kind.values())
+    held_apart = total - result.peak_bytes  # the persistent tensors, where the replay did not count them
+    timeline = step_timeline(result.live_bytes, held_apart) if result.live_bytes else []
+    return {"phase": phase, "op": op, "bytes": total, "by_kind": by_kind,
+            "top": [tensor.row() for tensor in largest], "timeline": timeline}
 
 
 def format_peak(peak: dict) -> str:

@@ -60,13 +60,16 @@ class Replay:
     ``live_at_peak`` (with ``replay(..., explain=True)``) holds, for each
     device buffer live at the peak, the tensor that last wrote it
     ((producer name, output index)) and its bytes; with ``persistent_bytes``
-    they add up to ``peak_bytes``.
+    they add up to ``peak_bytes``. ``live_bytes`` (with ``explain=True``) is
+    the device memory live after each node of ``order`` allocated its outputs
+    (``persistent_bytes`` included): the step's memory timeline.
     """
 
     peak_bytes: int
     peak_after: str | None
     order: list[str] = field(default_factory=list)
     live_at_peak: list[tuple[tuple[str, int], int]] | None = None
+    live_bytes: list[int] | None = None
 
 
 class GraphCycleError(ValueError):
@@ -174,6 +177,7 @@ def _replay(nodes: list[Node], persistent_bytes: int, explain: bool = False) -> 
     allocated_at: list[int] = []
     freed_at: list[int] = []
     writers: dict[int, list[tuple[int, tuple[str, int]]]] = {}
+    live_bytes: list[int] = []
     for step, node in enumerate(order):
         new_buffers = []
         for index, n_bytes in enumerate(node.outputs):
@@ -198,6 +202,8 @@ def _replay(nodes: list[Node], persistent_bytes: int, explain: bool = False) -> 
                     writers[buffer] = [(step, key)]
             buffer_of[key] = buffer
             buffer_readers[buffer] += readers_of.get(key, 0)
+        if explain:
+            live_bytes.append(live)
         if live > peak:
             peak, peak_after, peak_step = live, node.name, step
         for source in node.inputs:
@@ -216,7 +222,8 @@ def _replay(nodes: list[Node], persistent_bytes: int, explain: bool = False) -> 
                 if explain:
                     freed_at[buffer] = step
     result = Replay(peak_bytes=peak, peak_after=peak_after, order=[node.name for node in order])
-    if explain:  # a buffer freed at the peak's step was live when the peak was counted
+    if explain:
+        result.live_bytes = live_bytes  # a buffer freed at the peak's step was live when the peak was counted
         result.live_at_peak = [
             (max((w for w in writers[buffer] if w[0] <= peak_step), key=lambda w: w[0])[1], buffer_bytes[buffer])
             for buffer in range(len(buffer_bytes))

@@ -132,7 +132,8 @@ def _gpu_allocator_peak(variant: VariantResult) -> int | None:
 
 
 def _change(new: float, old: float) -> str:
-    return f"{(new - old) / old * 100:+.0f}%" if old else "n/a"
+    """A relative change in whole percent, "+0%" (not "-0%") for less than half a percent either way."""
+    return f"{round((new - old) / old * 100):+d}%" if old else "n/a"
 
 
 def _cell(value, fmt) -> str:

@@ -150,6 +150,7 @@ def test_dashboard_renders_in_the_browser(front_end):
             assert page.query_selector(".jp-Notification-Toast, .Toastify__toast") is None  # nothing covers it
             (ROOT / "build").mkdir(exist_ok=True)
             headline.scroll_into_view_if_needed()
+            page.wait_for_timeout(1500)  # JupyterLab draws the cells scrolled into view lazily
             shot = "dashboard.png" if name == "lab" else f"dashboard-{name}.png"
             page.screenshot(path=str(ROOT / "build" / shot), full_page=False)
         finally:

@@ -197,7 +197,7 @@ def memory_bars_figure(variants):
                                     showlegend=column == 1), row=1, col=column)
     if budget:
         what = "usable device memory" if str(lms.lms_stats.get("plan_rule")) == "fits the device" else "budget"
-        figure.add_hline(y=budget / device_unit[0], line_dash="dash", row=1, col=1,
+        figure.add_hline(y=budget / device_unit[0], line_dash="dash", row=1, col=1, annotation_position="top left",
                          annotation_text=f"{what} {budget / device_unit[0]:.1f} {device_unit[1]}")
     figure.update_layout(title="peak memory", barmode="group", height=360, margin=dict(l=50, r=20, t=60, b=40))
     return figure

@@ -132,11 +132,13 @@ def test_dashboard_renders_in_the_browser(front_end):
                 (ROOT / "build").mkdir(exist_ok=True)
                 page.screenshot(path=str(ROOT / "build" / f"browser_failure-{name}.png"), full_page=True)
                 raise
+            # read now, as the stack above: the cells that run after it scroll it out of view, and JupyterLab
+            # then leaves its text undrawn (inner_text reads '')
+            text = headline.text_content()
             page.wait_for_selector("text=test accuracy", timeout=300_000)
             for package, variable in (("IPython", "LMS_MAGIC_EXPECT_IPYTHON"), ("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS")):
                 if os.environ.get(variable):
                     assert f"{package} {os.environ[variable]}" in stack, stack
-            text = headline.inner_text()
             assert text.startswith("LMS: ") and "final loss identical" in text and "step time" in text, text
             # the figures below it, drawn by plotly: peak bars (2 variants, device and host apart), the peak's
             # make-up (6 kinds), loss curves (2), the memory timeline; then the table

@@ -46,4 +46,5 @@ class StepCost:
         """The predicted step time with ``moved_bytes`` moved over the plain step's (1.0 when nothing moves)."""
         if moved_bytes <= 0 or self.compute_s <= 0:
             return 1.0
-        return self.step_s(moved_bytes) / self.compute_s
+        # never below 1.0: where the copies hide, forward + backward is the compute, but not always to the last bit
+        return max(1.0, self.step_s(moved_bytes) / self.compute_s)

@@ -48,8 +48,6 @@ def _in_this_process(what: str, name: str, size: int, batch: int) -> dict:
     from tests.conftest import _split_tensorflow_cpu
 
     _split_tensorflow_cpu()
-    import tensorflow as tf
-
     model = _model(name, size)
     if what == "predicted":
         from lms_magic import LMS
@@ -59,17 +57,9 @@ def _in_this_process(what: str, name: str, size: int, batch: int) -> dict:
         stats = callback.stats
         return {"bytes": stats.device_peak_bytes_without_lms - stats.persistent_bytes,
                 "source": stats.prediction_source}
-    x, y = _data(size, batch, 2)
-    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
-    batches = iter(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat())
-    model.train_function(batches)
-    peaks = []
-    for _ in range(3):
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-        model.train_function(batches)
-        peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
-    return {"bytes": sorted(peaks)[1], "source": "TensorFlow's allocator"}
+    from tests.lms.tensorflow.fresh_peak import plain_step_peak
+
+    return {"bytes": plain_step_peak(model, *_data(size, batch, 2), batch), "source": "TensorFlow's allocator"}
 
 
 def fresh(what: str, name: str, size: int, batch: int) -> dict:

@@ -136,6 +136,14 @@ def _change(new: float, old: float) -> str:
     return f"{round((new - old) / old * 100):+d}%" if old else "n/a"
 
 
+def _loss_part(plain: VariantResult, lms: VariantResult) -> list[str]:
+    """The headline's words on the final loss of both variants (none where either has no loss)."""
+    losses = plain.final("loss"), lms.final("loss")
+    if None in losses:
+        return []
+    return ["final loss identical" if losses[0] == losses[1] else f"final loss {losses[0]:.6g} -> {losses[1]:.6g}"]
+
+
 def _cell(value, fmt) -> str:
     if value is None:
         return "-"
@@ -187,20 +195,16 @@ class LmsFitResult:
         if stats.get("predicted_step_ratio"):
             parts.append(f"predicted step time {stats['predicted_step_ratio'] - 1:+.0%}")
         budget = stats.get("budget_bytes")
-        if plain is None or plain.status != "oom":
-            if budget and without is not None and with_lms is not None and without > budget >= with_lms:
-                what = "the device" if str(stats.get("plan_rule")) == "fits the device" else "the budget"
-                parts.insert(0, f"without LMS the step would not fit {what} ({format_size(without)} predicted, "
-                                f"above the {format_size(budget)} LMS plans to fill); with LMS it fits")
         if plain is not None and plain.status == "oom":
             parts.insert(0, "without LMS: out of memory; with LMS it trained")
-        elif plain is not None and plain.status == "ok":
+        elif budget and without is not None and with_lms is not None and without > budget >= with_lms:
+            what = "the device" if str(stats.get("plan_rule")) == "fits the device" else "the budget"
+            parts.insert(0, f"without LMS the step would not fit {what} ({format_size(without)} predicted, "
+                            f"above the {format_size(budget)} LMS plans to fill); with LMS it fits")
+        if plain is not None and plain.status == "ok":
             if plain.time_per_step_s and lms.time_per_step_s:
                 parts.append(f"measured step time {_change(lms.time_per_step_s, plain.time_per_step_s)}")
-            losses = plain.final("loss"), lms.final("loss")
-            if None not in losses:
-                parts.append("final loss identical" if losses[0] == losses[1] else
-                             f"final loss {losses[0]:.6g} -> {losses[1]:.6g}")
+            parts += _loss_part(plain, lms)
         return "LMS: " + ", ".join(parts)
 
     @staticmethod
@@ -215,10 +219,7 @@ class LmsFitResult:
                 spreads = [s for s in (plain.step_time_spread, lms.step_time_spread) if s is not None]
                 noise = f"steps vary by {max(spreads):.0%}" if spreads else "too few steps to tell"
                 parts.append(f"step time {_change(lms.time_per_step_s, plain.time_per_step_s)} is noise ({noise})")
-            losses = plain.final("loss"), lms.final("loss")
-            if None not in losses:
-                parts.append("final loss identical" if losses[0] == losses[1] else
-                             f"final loss {losses[0]:.6g} -> {losses[1]:.6g}")
+            parts += _loss_part(plain, lms)
         return "LMS: " + ", ".join(parts)
 
     def table(self) -> list[list[str]]:

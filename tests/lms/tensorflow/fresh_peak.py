@@ -36,15 +36,19 @@ def _measure_here(name: str) -> int:
     from tests.conftest import _split_tensorflow_cpu
 
     _split_tensorflow_cpu()  # two logical CPUs, one inter-op thread, as in the tests
-    import tensorflow as tf
-
     from tests import models
 
     build, (x, y) = {"reference cnn": (models.reference_cnn, models.images(64, 64)),
                      "residual": (models.residual_bn_dropout, models.images(64, 32)),
                      "subclassed": (models.custom_step, models.images(64, 32))}[name]
-    batch_size = 32
-    model = build()
+    return plain_step_peak(build(), x, y, 32)
+
+
+def plain_step_peak(model, x, y, batch_size: int) -> int:
+    """TensorFlow's allocator peak of one plain train step of ``model`` on ``/CPU:0`` over what was allocated
+    before it: the median of 3 steps, after a fit and one more step have warmed it up."""
+    import tensorflow as tf
+
     model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0, shuffle=False)
     batches = iter(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).repeat())
     model.train_function(batches)

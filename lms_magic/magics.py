@@ -53,6 +53,12 @@ def unregister(shell) -> None:
         manager.registry.pop(magics.__name__, None)
 
 
+def _cell_value_not_shown(shell, result) -> None:
+    """Makes ``result`` the cell's value (``_``, ``Out[n]``) without showing its table a second time."""
+    shell.displayhook.update_user_ns(result)
+    shell.displayhook.fill_exec_result(result)
+
+
 @magics_class
 class GpuMemMagics(Magics):
     """``%gpumem`` / ``%%gpumem``: host and GPU memory of a statement or cell."""
@@ -112,9 +118,9 @@ class GpuMemMagics(Magics):
             profiler = MemoryProfiler(interval_s=args.interval, devices=devices).start()
         except UnknownDeviceError as error:
             raise UsageError(str(error)) from None
-        return self._run(compiled, profiler, args, local_ns)
+        return self._run(compiled, profiler, args, local_ns, is_cell=cell is not None)
 
-    def _run(self, compiled: CompiledCell, profiler: MemoryProfiler, args, local_ns):
+    def _run(self, compiled: CompiledCell, profiler: MemoryProfiler, args, local_ns, is_cell: bool):
         __tracebackhide__ = True  # noqa: F841
         report = profiler.report
         try:
@@ -132,6 +138,8 @@ class GpuMemMagics(Magics):
                 from IPython.display import display
 
                 display(value)
+            if is_cell and not args.quiet:  # printed above: `_` holds it, not shown again
+                return _cell_value_not_shown(self.shell, report)
             return report
         return value
 
@@ -226,7 +234,9 @@ class LmsFitMagics(Magics):
             from .ui.dashboard import show
 
             show(result, self.shell)
-        return result if args.return_result else value
+        if not args.return_result:
+            return value
+        return result if args.quiet else _cell_value_not_shown(self.shell, result)  # the dashboard showed it
 
     @staticmethod
     def _record(result, outcome):

@@ -93,6 +93,15 @@ def test_return_result_with_o(shell):
     assert result.result.interval_s == 0.005
 
 
+def test_o_without_q_shows_the_report_once_and_underscore_holds_it(shell, capsys):
+    result = run(shell, "%%gpumem -o\nx_o = 1")
+    out = capsys.readouterr().out
+    assert out.count("host: peak memory") == 1 and "Out[" not in out  # printed by the magic, not again as Out
+    assert result.result is shell.user_ns["_"] and isinstance(result.result, MemoryReport)
+    line = run(shell, "%gpumem -q -o x_o = 2")  # the line form returns it, for `report = %gpumem -q -o ...`
+    assert isinstance(line.result, MemoryReport) and "host: peak memory" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("options, words", [
     ("-i 0", "positive, finite number of seconds"), ("-i fast", "invalid float"),
     ("-i inf", "positive, finite number of seconds"), ("-i nan", "positive, finite number of seconds"),
@@ -128,21 +137,19 @@ def test_plot_displays_a_plotly_figure(shell, capsys):
     assert "Plotly.newPlot" in bundle["text/html"]  # renders in Colab and exported HTML too
 
 
-def test_figure_html_carries_plotly_js_once_a_kernel_and_from_the_cdn_in_colab(monkeypatch):
+def test_each_cell_s_figures_carry_plotly_js_once_and_colab_s_come_from_the_cdn(shell, monkeypatch):
     import sys
     import types
 
-    import plotly.graph_objects as go
-
-    from lms_magic.ui import plots
-
-    figure = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
-    monkeypatch.setattr(plots, "_plotlyjs_sent", False)
-    first, second = plots.figure_html(figure), plots.figure_html(figure)
-    assert len(first) > 1_000_000 > len(second)  # plotly.js inline in the first: offline, one page
-    assert 'src="https://cdn.plot.ly' not in first + second
+    shell.run_cell("from lms_magic.ui import plots\nimport plotly.graph_objects as go\n"
+                   "figure = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))", store_history=True)
+    for _ in range(2):  # a cell, then the same cell re-run: its output replaced, its figures must still draw
+        shell.run_cell("pages = [plots.figure_html(figure), plots.figure_html(figure)]", store_history=True)
+        first, second = shell.user_ns["pages"]
+        assert len(first) > 1_000_000 > len(second)  # plotly.js inline in the cell's first figure, offline
+        assert 'src="https://cdn.plot.ly' not in first + second
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    colab = plots.figure_html(figure)
+    colab = shell.user_ns["plots"].figure_html(shell.user_ns["figure"])
     assert 'src="https://cdn.plot.ly' in colab and len(colab) < 1_000_000  # Colab: each output its own frame
 
 
@@ -203,6 +210,13 @@ def test_the_cell_gets_the_lms_variants_values(fit_shell):
     assert fit_shell.user_ns["final"]["loss"] == lms.history["loss"]
     assert any(not np.array_equal(a, b) for a, b in zip(start, weights(fit_shell)))
     assert "fit" not in keras.Model.__dict__ and "fit_generator" not in keras.Model.__dict__
+
+
+def test_o_shows_the_table_once_and_underscore_holds_the_result(fit_shell, capsys):
+    result = fit_shell.run_cell(f"%%lms_fit --compare -o {ON_CPUS}\nmodel.fit(x, y, batch_size=16, epochs=1, verbose=0)")
+    out = capsys.readouterr().out
+    assert out.count("time per step") == 1 and "Out[" not in out  # the dashboard's table, not again as Out
+    assert result.result is fit_shell.user_ns["_"] and result.result.variants[1].name == "lms"
 
 
 def test_steps_limits_each_variant(fit_shell):

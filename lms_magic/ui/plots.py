@@ -54,19 +54,36 @@ def memory_timeline_figure(report):
     return figure
 
 
-_plotlyjs_sent = False  # whether this kernel has put plotly.js into an HTML output yet
+_plotlyjs_cell = None  # the execution count of the cell whose output last carried plotly.js inline
+
+
+def _execution_count():
+    """The running cell's number in an IPython shell, else None."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return None if shell is None else shell.execution_count
 
 
 def figure_html(figure) -> str:
-    """A figure as HTML that draws without a network where it can: plotly.js inline in the first
-    figure this kernel shows and reused by the later ones (one page: exported notebooks, nbviewer);
-    in Colab, whose outputs are separate frames, from plotly's CDN in each."""
-    global _plotlyjs_sent
+    """A figure as HTML that draws without a network: plotly.js inline in the first figure of each cell's
+    output and reused by that cell's later figures, so a cell's figures draw whatever happens to the
+    other cells (cleared, re-run, deleted) in an exported page or on nbviewer; in Colab, whose outputs
+    are separate frames, from plotly's CDN in each figure. Outside IPython every figure carries it.
+
+    Example:
+        >>> import plotly.graph_objects as go
+        >>> len(figure_html(go.Figure())) > 1_000_000  # plotly.js inline
+        True
+    """
+    global _plotlyjs_cell
     import sys
 
     if "google.colab" in sys.modules:
         return figure.to_html(full_html=False, include_plotlyjs="cdn")
-    include, _plotlyjs_sent = not _plotlyjs_sent, True
+    cell = _execution_count()
+    include = cell is None or cell != _plotlyjs_cell
+    _plotlyjs_cell = cell
     return figure.to_html(full_html=False, include_plotlyjs=include)
 
 

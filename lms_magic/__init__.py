@@ -38,6 +38,8 @@ _PUBLIC = {
     "autotune": "lms_magic.tuning",
     "TuningSession": "lms_magic.tuning",
     "simulate_accelerator": "lms_magic.devices",
+    "memory_timeline_figure": "lms_magic.ui.plots",
+    "save_html": "lms_magic.ui.report_html",
 }
 
 __all__ = sorted(_PUBLIC) + ["load_ipython_extension", "unload_ipython_extension"]
@@ -57,10 +59,38 @@ def __dir__():
     return __all__
 
 
+def _memory_report_html(report) -> str:
+    from .ui.report_html import memory_report_html
+
+    return memory_report_html(report)
+
+
+def _fit_result_html(result) -> str:
+    from .ui.report_html import fit_result_html
+
+    return fit_result_html(result)
+
+
+def render_results_as_html(shell) -> None:
+    """Makes a notebook show a ``MemoryReport`` and an ``LmsFitResult`` as HTML tables (the UI's).
+
+    The result objects stay plain data; the shell's HTML formatter is told how to
+    draw them, by name, so nothing is imported until one is shown.
+    """
+    formatter = shell.display_formatter.formatters["text/html"]
+    formatter.for_type_by_name("lms_magic.results", "MemoryReport", _memory_report_html)
+    formatter.for_type_by_name("lms_magic.fit_results", "LmsFitResult", _fit_result_html)
+
+
+if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None:
+    render_results_as_html(sys.modules["IPython"].get_ipython())  # imported in a notebook, with no %load_ext
+
+
 def load_ipython_extension(ipython) -> None:
-    """Called by ``%load_ext lms_magic``: registers ``%gpumem`` / ``%%gpumem``."""
+    """Called by ``%load_ext lms_magic``: registers the magics, and the results' HTML tables."""
     from .magics import register
 
+    render_results_as_html(ipython)
     register(ipython)
 
 

@@ -247,21 +247,9 @@ class LmsFitResult:
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
 
-    def _repr_html_(self) -> str:
-        from .ui.report_html import fit_result_html  # rendering is the UI's; this is the notebook's entry point
-
-        return fit_result_html(self)
-
     def to_dict(self) -> dict:
         return {"variants": [v.to_dict() for v in self.variants],
                 "calls": [[v.to_dict() for v in call] for call in self.calls], "notes": list(self.notes)}
 
     def to_json(self, **options) -> str:
         return json.dumps(self.to_dict(), **{"indent": 1, **options})
-
-    def save_html(self, path) -> None:
-        """Writes a standalone page that opens offline: the headline, the figures (plotly.js inline) and the table."""
-        from .ui.report_html import fit_result_page  # rendering is the UI's; this is the public entry point
-
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(fit_result_page(self))

@@ -146,9 +146,9 @@ class GpuMemMagics(Magics):
     @staticmethod
     def _show_plot(report) -> None:
         try:
-            from .ui.plots import display_figure
+            from .ui.plots import display_figure, memory_timeline_figure
 
-            display_figure(report.figure())
+            display_figure(memory_timeline_figure(report))
         except ImportError as error:
             print(error)
 

@@ -142,11 +142,6 @@ class MemoryReport:
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
 
-    def _repr_html_(self) -> str:
-        from .ui.report_html import memory_report_html  # rendering is the UI's; this is the notebook's entry point
-
-        return memory_report_html(self)
-
     def to_dict(self) -> dict:
         """A JSON-ready summary (sizes in MiB); see the README for the keys."""
         host = self.host
@@ -181,9 +176,3 @@ class MemoryReport:
             "interval_s": self.interval_s,
             "n_samples": self.n_samples,
         }
-
-    def figure(self):
-        """A plotly ``Figure`` of the timeline: host and each GPU, peaks marked."""
-        from .ui.plots import memory_timeline_figure  # rendering is the UI's; this is the public entry point
-
-        return memory_timeline_figure(self)

@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 from IPython.core.error import UsageError
 
+import lms_magic
+
 from lms_magic.memory.host import rss_bytes
+from lms_magic.memory.fakes import FakeGpu, FakeGpuSource
+from lms_magic.memory.profile import MemoryProfiler
 from lms_magic.results import MemoryReport
 from tests.conftest import DEVICES
 
@@ -91,6 +95,12 @@ def test_return_result_with_o(shell):
     result = run(shell, "%%gpumem -q -o -i 0.005\nx_o = 1")
     assert isinstance(result.result, MemoryReport)
     assert result.result.interval_s == 0.005
+
+
+def test_a_notebook_shows_the_report_as_an_html_table_of_host_and_gpus(shell):
+    report = MemoryProfiler(interval_s=0.001, gpu_source=FakeGpuSource([FakeGpu("Fake T4", used_mib=[10, 20])])).start().stop()
+    page = shell.display_formatter.formatters["text/html"].lookup(report)(report)  # a notebook Out's HTML
+    assert "<table" in page and "host RSS" in page and "GPU 0 (Fake T4) device used" in page
 
 
 def test_o_without_q_shows_the_report_once_and_underscore_holds_it(shell, capsys):
@@ -238,9 +248,11 @@ def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp
     assert lms["device_peak_source"] == "predicted" and lms["device_peak_bytes"] > 0
     assert lms["predicted_device_peak_bytes"] == lms["device_peak_bytes"]
     page = tmp_path / "comparison.html"
-    result.result.save_html(page)
+    lms_magic.save_html(result.result, page)
     text = page.read_text()
     assert "lms - no_lms" in text and text.count('class="plotly-graph-div"') == 5
+    shown = fit_shell.display_formatter.formatters["text/html"].lookup(result.result)(result.result)
+    assert "<table class='lms-magic-fit'>" in shown and "lms - no_lms" in shown
 
 
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),

@@ -1,7 +1,8 @@
 """HTML of the result objects: the package's one table helper, a memory report, a %%lms_fit result and its page.
 
-The result objects (``results.py``, ``fit_results.py``) hold data; their
-``_repr_html_`` and ``save_html`` call these.
+The result objects (``results.py``, ``fit_results.py``) hold data and know
+nothing of HTML: loading the extension (or importing ``lms_magic`` in IPython)
+makes notebooks render them with these, and :func:`save_html` writes a page.
 """
 
 from __future__ import annotations
@@ -74,3 +75,19 @@ def fit_result_page(result) -> str:
                       for index, figure in enumerate(fit_figures(result) if result.calls else []))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>%%lms_fit</title></head><body>"
             f"<h2>{html.escape(result.headline())}</h2>{figures}{fit_result_html(result)}</body></html>")
+
+
+def save_html(result, path) -> None:
+    """Writes an ``LmsFitResult`` (``%%lms_fit -o``) as a standalone page that opens offline: the
+    headline, the figures (plotly.js inline, once) and the table.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from lms_magic.fit_results import LmsFitResult
+        >>> page = pathlib.Path(tempfile.mkdtemp()) / "comparison.html"
+        >>> save_html(LmsFitResult(), page)
+        >>> "the cell called no fit" in page.read_text()
+        True
+    """
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(fit_result_page(result))

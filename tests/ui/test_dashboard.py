@@ -2,6 +2,8 @@
 
 import html
 
+import lms_magic
+
 from lms_magic.ui.dashboard import Dashboard
 from tests.conftest import DEVICES
 
@@ -46,7 +48,7 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     bundles = dashboard.bundles()
     assert html.escape(dashboard.headline) in bundles[0]["text/html"]
     assert all("text/html" in b and "application/vnd.plotly.v1+json" in b for b in bundles[1:-1])
-    result.result.save_html(tmp_path / "report.html")
+    lms_magic.save_html(result.result, tmp_path / "report.html")
     page = (tmp_path / "report.html").read_text()
     assert page.count('class="plotly-graph-div"') == 5
     assert page.count("<script") >= 5 and 'src="https://cdn.plot.ly' not in page  # plotly.js inline: opens offline

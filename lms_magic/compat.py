@@ -176,6 +176,16 @@ def replace_input(op, index: int, tensor) -> None:
     op._update_input(index, tensor)
 
 
+def clone_op(graph, op, inputs, name: str):
+    """A copy of ``op`` in ``graph`` (its type, attributes and device) that reads ``inputs``."""
+    attrs = {key: value for key, value in op.node_def.attr.items() if not key.startswith("_")}
+    clone = graph._create_op_internal(op.type, list(inputs), dtypes=[t.dtype for t in op.outputs], name=name,
+                                      attrs=attrs, op_def=op.op_def)
+    if op.device:
+        clone._set_device(op.device)
+    return clone
+
+
 def set_op_device(op, device: str) -> None:
     """Places ``op`` on ``device``."""
     op._set_device(device)

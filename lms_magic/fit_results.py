@@ -108,6 +108,7 @@ ROWS = [  # (label, function of a variant, format)
     ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else
      v.final("binary_accuracy"), "{:.4f}"),
     ("swapped per step", lambda v: format_size(v.swapped_bytes_per_step), "{}"),
+    ("recomputed per step", lambda v: format_size(v.lms_stats.get("recomputed_bytes_per_step") or 0), "{}"),
     ("XLA (jit_compile)", lambda v: v.xla, "{}"),
 ]
 
@@ -180,7 +181,7 @@ class LmsFitResult:
         if not stats.get("active"):
             return f"LMS: inactive ({stats.get('reason') or 'no reason given'}): nothing was swapped"
         label, with_lms, without = device_peaks(lms, plain)
-        if not stats.get("swapped_bytes_per_step"):
+        if not stats.get("swapped_bytes_per_step") and not stats.get("recomputed_bytes_per_step"):
             return self._nothing_moved_headline(lms, plain, label, with_lms)
         parts = []
         if with_lms is not None and without is not None:
@@ -189,9 +190,11 @@ class LmsFitResult:
                          f"{format_size(with_lms)}{source})")
         elif with_lms is not None:
             parts.append(f"{label} {format_size(with_lms)}")
-        count = stats.get("swapped_tensors", 0)
-        parts.append(f"{count} tensor{'' if count == 1 else 's'} swapped "
-                     f"({format_size(stats.get('swapped_bytes_per_step', 0))} per step)")
+        for action, done in (("swapped", "swapped"), ("recomputed", "recomputed on the device")):
+            count = stats.get(f"{action}_tensors", 0)
+            if count or action == "swapped" and not stats.get("recomputed_tensors"):
+                parts.append(f"{count} tensor{'' if count == 1 else 's'} {done} "
+                             f"({format_size(stats.get(f'{action}_bytes_per_step', 0))} per step)")
         if stats.get("predicted_step_ratio"):
             parts.append(f"predicted step time {stats['predicted_step_ratio'] - 1:+.0%}")
         budget = stats.get("budget_bytes")

@@ -53,6 +53,9 @@ def unregister(shell) -> None:
         manager.registry.pop(magics.__name__, None)
 
 
+RECOMPUTE_FLAGS = {"off": False, "only": "only"}  # %%lms_fit --recompute
+
+
 def _cell_value_not_shown(shell, result) -> None:
     """Makes ``result`` the cell's value (``_``, ``Out[n]``) without showing its table a second time."""
     shell.displayhook.update_user_ns(result)
@@ -177,6 +180,9 @@ class LmsFitMagics(Magics):
     @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
     @argument("--host-device", default=None,
               help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
+    @argument("--recompute", default="off",
+              help="off (swap what the plan moves), only (recompute it instead, never swap: nothing crosses the host "
+                   "link; TensorFlow)")
     @argument("--compare", action="store_true",
               help="also train without LMS from the same weights, optimizer state, seed and batches")
     @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
@@ -256,12 +262,15 @@ class LmsFitMagics(Magics):
         try:
             if args.steps is not None:
                 whole_number("steps", args.steps, 1)
+            if args.recompute not in RECOMPUTE_FLAGS:
+                raise OptionError("recompute", args.recompute, "takes off or only")
             options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
-                                 device=args.device, host_device=args.host_device)
+                                 device=args.device, host_device=args.host_device,
+                                 recompute=RECOMPUTE_FLAGS[args.recompute])
             check_devices(options.device, options.host_device)
         except OptionError as error:
             raise UsageError(error.for_magic()) from None
         return {"n_tensors": options.n_tensors, "lb": options.lb, "budget": options.budget_bytes,
                 "min_bytes": options.min_bytes, "device": options.device, "host_device": options.host_device,
-                "verbose": 1}
+                "recompute": options.recompute, "verbose": 1}
 

@@ -255,6 +255,20 @@ def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp
     assert "<table class='lms-magic-fit'>" in shown and "lms - no_lms" in shown
 
 
+def test_recompute_only_says_what_it_recomputed_and_that_the_loss_is_the_same(fit_shell):
+    fit_shell.run_cell("bn_model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3), "
+                       "keras.layers.BatchNormalization(), keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), "
+                       "keras.layers.Dense(1)])\nbn_model.compile('sgd', 'mse')\n"
+                       "images = np.random.default_rng(0).random((32, 16, 16, 3), dtype='float32')")
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --recompute only --n-tensors -1 --min-bytes 0\n"
+                                "bn_model.fit(images, images[:, 0, 0, 0], batch_size=8, epochs=1, verbose=0)").result
+    headline = result.headline()
+    assert "recomputed on the device" in headline and "swapped" not in headline, headline
+    assert "final loss identical" in headline
+    row = next(row for row in result.table() if row[0] == "recomputed per step")
+    assert row[1] == "0.0 KiB" and row[2] != "0.0 KiB"
+
+
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),
                                             ("--steps 0", "--steps 0: must be a whole number >= 1"),
                                             ("--budget lots", "--budget lots: not a memory size"),
@@ -263,7 +277,8 @@ def test_quiet_prints_nothing_and_o_returns_a_full_result(fit_shell, capsys, tmp
                                             ("-i inf", "positive, finite number of seconds"),
                                             ("--device banana", "--device banana: is not a device of this "
                                                                 "process, which has /CPU:0, /CPU:1"),
-                                            ("--host-device /GPU:3", "--host-device /GPU:3: is not a device")])
+                                            ("--host-device /GPU:3", "--host-device /GPU:3: is not a device"),
+                                            ("--recompute yes", "--recompute yes: takes off or only")])
 def test_bad_options_are_usage_errors(fit_shell, options, words):
     from IPython.core.error import UsageError
 

@@ -62,6 +62,13 @@ class LMS(keras.callbacks.Callback):
         batch_size_hint: the batch size, for data whose batches TensorFlow
             traces with an unknown size (Python generators); an int or a
             function returning one. Defaults to None.
+        recompute: False (the default) swaps what the plan moves; "only"
+            recomputes instead, and never swaps (gradient checkpointing
+            through ``fit``: nothing crosses the host link): a tensor made by
+            cheap operations (activations, element-wise arithmetic,
+            concatenations) from tensors the backward pass holds anyway is
+            dropped after the forward pass and computed again just before
+            the backward pass reads it, bit-identical. TensorFlow only.
         backend: makes the engine of each fit from ``(model, options, stats)``
             (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.
@@ -87,10 +94,10 @@ class LMS(keras.callbacks.Callback):
     def __init__(self, n_tensors: int | None = None, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
                  device: str | None = None, host_device: str | None = None, verbose: int = 1, batch_size_hint=None,
-                 backend: BackendFactory | None = None):
+                 backend: BackendFactory | None = None, recompute=False):
         super().__init__()
         self.options = LmsOptions(n_tensors, lb, budget, min_bytes, include_layers, exclude_layers, include_types,
-                                  exclude_types, device, host_device, verbose, batch_size_hint)
+                                  exclude_types, device, host_device, verbose, batch_size_hint, recompute)
         self._make_backend = backend
         self.stats = LmsStats(reason="not trained yet")
         self._backend: Backend | None = None  # while a fit with this callback runs
@@ -151,6 +158,11 @@ class LMS(keras.callbacks.Callback):
             raise RuntimeError(unsupported_message(name))
         compat.check_versions(name)
         if name == "torch":
+            if options.recompute == "only":
+                self.stats.reason = "recompute='only' is not available on PyTorch yet, and it never swaps: nothing moves"
+                if options.verbose:
+                    warnings.warn(f"LMS: {self.stats.reason}", LmsNotice, stacklevel=2)
+                return None
             from .torch.backend import TorchBackend
 
             return TorchBackend

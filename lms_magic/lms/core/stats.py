@@ -43,13 +43,15 @@ class LmsStats:
     candidates: int = 0  # activations the backward pass reads that LMS could swap
     swapped_tensors: int = 0
     swapped_bytes_per_step: int = 0  # each also comes back: the host link carries twice this
+    recomputed_tensors: int = 0  # dropped after the forward pass and computed again on the device (recompute=...)
+    recomputed_bytes_per_step: int = 0  # their bytes: nothing of them crosses the host link
     device_peak_bytes: int | None = None  # with LMS; predicted or measured, as peak_source says
     device_peak_bytes_without_lms: int | None = None  # predicted (TensorFlow); None where not known
     peak_source: Literal["predicted", "measured"] | None = None
     prediction_source: str | None = None  # what the peak comes from: "executed partition graphs", ...
     lb_counts: Literal["backward ops", "layers"] = "backward ops"
     persistent_bytes: int | None = None  # weights and optimizer state (TensorFlow's prediction)
-    plan: list[dict] = field(default_factory=list)  # a row per swapped tensor: layer, shape, bytes, ...
+    plan: list[dict] = field(default_factory=list)  # a row per moved tensor: action ("swap"/"recompute"), layer, ...
     # the predicted peak explained (TensorFlow; lms/peak.py): {"phase", "op", "bytes", "by_kind", "top"}
     peak: dict | None = None
     peak_without_lms: dict | None = None

@@ -27,6 +27,7 @@ from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import predict as _predict
+from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
 from .graph import phase_of
 
@@ -47,6 +48,7 @@ class TensorFlowBackend:
             raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
+        self.recompute = options.recompute
         self._hint = options.batch_size
         self.step = None  # the traced step's TracedStep, after the first trace (for inspection)
         self.executed = None  # the probe's ExecutedStep, where the plan was made on one (for inspection)
@@ -132,6 +134,11 @@ class TensorFlowBackend:
         """Finds the candidates of a traced step and makes the first plan, on the traced graph."""
         batch = self._batch_size(data)
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        if self.recompute == "only":
+            recomputable = _recompute.plan_recomputes(candidates, ops, self.selection.min_bytes, batch)
+            notes.append(f"recompute='only': {len(recomputable)} of {len(candidates)} candidates can be computed "
+                         "again from tensors the backward pass holds; the others stay on the device")
+            candidates = [item for item in candidates if item.tensor.name in recomputable]
         if batch is None:
             notes.append("the batch size is unknown when TensorFlow traces this data and LMS found none in the fit "
                          "call, so tensor sizes are unknown and nothing is swapped; pass batch_size_hint=...")
@@ -184,16 +191,18 @@ class TensorFlowBackend:
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
             self._probing = True
         if self.stats.records is not None:
-            _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)  # a retrace: same rule, stats from the first
+            self._insert(graph, ops, chosen_items, step.batch_size)  # a retrace: same rule, stats from the first
             return
         batch = step.batch_size
         persistent = self._persistent_bytes()
         replays = step.replay(chosen_items, explain=True), step.replay([], explain=True)
-        traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
-        records = _rewrite_ops.insert_swaps(graph, chosen_items, self.host_device)
+        records = self._insert(graph, ops, chosen_items, batch)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
+        if self.recompute == "only":  # the clones are in the graph: its replay is the plan's
+            chosen_items, replays = [], (self.step.replay([], explain=True), replays[1])
+        traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
         self._record(records)
         self.stats.update({
             "active": True, "backend": "tensorflow", "candidates": len(candidates), "persistent_bytes": persistent,
@@ -210,16 +219,30 @@ class TensorFlowBackend:
         self.stats.rewrite_s = time.perf_counter() - started
 
     def _searched(self, plan: Plan) -> bool:
-        """Whether the plan is searched (and so made on the executed graphs), not given by a count."""
+        """Whether the plan is searched (and so made on the executed graphs), not given by a count. With
+        recompute="only" it is made on the traced graph: a probe would swap."""
         return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
-            plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE)
+            plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
+
+    def _insert(self, graph, ops, items, batch: int | None) -> list:
+        """Swaps (or, with recompute="only", recomputes) ``items`` in the traced step ``ops`` of ``graph``."""
+        if self.recompute != "only":
+            return _rewrite_ops.insert_swaps(graph, items, self.host_device)
+        chains = _recompute.plan_recomputes(items, ops, self.selection.min_bytes, batch)
+        return _recompute.insert_recomputes(graph, [chains[item.tensor.name] for item in items
+                                                    if item.tensor.name in chains])
 
     def _record(self, records) -> None:
-        """The swaps as inserted: stats' records and plan rows."""
+        """The swaps and recomputes as inserted: stats' records and plan rows."""
+        swaps = [r for r in records if isinstance(r, _rewrite_ops.SwapRecord)]
+        recomputes = [r for r in records if isinstance(r, _recompute.RecomputeRecord)]
         self.stats.update({
-            "records": records, "swapped_tensors": len(records),
-            "swapped_bytes_per_step": sum(r.candidate.nbytes for r in records),
-            "plan": [{"tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
+            "records": records, "swapped_tensors": len(swaps),
+            "swapped_bytes_per_step": sum(r.candidate.nbytes for r in swaps),
+            "recomputed_tensors": len(recomputes),
+            "recomputed_bytes_per_step": sum(r.candidate.nbytes for r in recomputes),
+            "plan": [{"action": "swap" if isinstance(r, _rewrite_ops.SwapRecord) else "recompute",
+                      "tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
                       "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
                      for r in records]})
 
@@ -243,7 +266,7 @@ class TensorFlowBackend:
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
             return False
-        records = _rewrite_ops.insert_swaps(graph, [by_tensor[name] for name in self._chosen[batch]], self.host_device)
+        records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], batch)
         if self._retraces:
             self._record(records)
         return True
@@ -256,6 +279,10 @@ class TensorFlowBackend:
         if not partitions or not self.stats.active:
             return Action.KEEP
         self.stats.partition_graphs = partitions
+        if self.recompute == "only":  # the traced graph's figures stand: the executed graphs' undo knows swaps only
+            if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
+                return self._step_out(self._why_nothing(self._plan))
+            return Action.KEEP
         try:
             with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
                                                                      self._persistent(), self._layer_of,
@@ -369,16 +396,22 @@ class TensorFlowBackend:
         stats.notes = [note for note in stats.notes if note != self.jit_note]
         stats.notes.append(f"{why}: nothing moves from the second step on, and the model trains with its own train "
                            "function (with XLA where it was compiled so)")
-        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, plan=[], records=[],
+        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
+                     plan=[], records=[],
                      device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
         return Action.STEP_OUT
 
     def summary_line(self) -> str:
         stats = self.stats
-        rule = f"first {stats.swapped_tensors}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
-        return (f"LMS: swapping {stats.swapped_tensors} of {stats.candidates} tensors "
+        moved = stats.recomputed_tensors if self.recompute == "only" else stats.swapped_tensors
+        rule = f"first {moved}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
+        what = (f"recomputing {stats.recomputed_tensors} of {stats.candidates} tensors "
+                f"({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step; plan: {rule}), nothing to the host"
+                if self.recompute == "only" else
+                f"swapping {stats.swapped_tensors} of {stats.candidates} tensors "
                 f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}; plan: {rule}) "
-                f"to {self.host_device}; "
+                f"to {self.host_device}")
+        return (f"LMS: {what}; "
                 f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
                 f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
                 + (f"; predicted step time {stats.predicted_step_ratio - 1:+.0%}" if stats.predicted_step_ratio else ""))

@@ -30,6 +30,8 @@ ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "Expand
 # The op types of LMS's swap ops (rewrite.py: EnsureShape out, Snapshot in), and their name scopes.
 SWAP_OPS = frozenset({"EnsureShape", "Snapshot"})
 SWAP_OUT_SCOPE, SWAP_IN_SCOPE = "lms_swap_out", "lms_swap_in"
+# The name scope of the ops recompute.py clones.
+RECOMPUTE_SCOPE = "lms_recompute"
 
 # Ops whose outputs hold no new memory of the step (variables, constants, arguments).
 FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceArg", "VarHandleOp", "NoOp",
@@ -137,3 +139,13 @@ def is_swap_op(op_name: str) -> bool:
         (True, False)
     """
     return any(scope in (SWAP_OUT_SCOPE, SWAP_IN_SCOPE) for scope in op_name.split("/"))
+
+
+def is_recompute_op(op_name: str) -> bool:
+    """Whether an op (traced or executed) is one of the clones LMS recomputes a tensor with.
+
+    Example:
+        >>> is_recompute_op("StatefulPartitionedCall/lms_recompute/relu_0/2"), is_recompute_op("model/relu")
+        (True, False)
+    """
+    return RECOMPUTE_SCOPE in op_name.split("/")

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from ..core.peak import LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, collector_paused, replay, with_swaps
-from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_swap_op,
-                    kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
+from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_recompute_op,
+                    is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
 from .partitions import nodes_from_partitions, swap_ins, swapped_in
 from .rewrite import TensorCandidate, static_bytes
 
@@ -60,6 +60,24 @@ def _planned(swaps: list[TensorCandidate]) -> list[Swap]:
                  item.trigger.name, item.candidate.nbytes) for item in swaps]
 
 
+def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
+    """The recompute clones (made after the whole step, so last in program order) ordered just before their
+    first reader, as TensorFlow's executor runs them: as soon as their gate has run."""
+    if not any(is_recompute_op(node.name) for node in nodes):
+        return nodes
+    readers: dict[str, float] = {}
+    for node in nodes:
+        for name, _ in node.inputs:
+            readers[name] = min(readers.get(name, node.priority), node.priority)
+    order = {}
+    for node in reversed(nodes):  # a chain's last clone first: its readers are the step's own ops
+        if is_recompute_op(node.name) and node.name in readers:
+            order[node.name] = min(readers[node.name], order.get(node.name, readers[node.name])) - 0.001
+            for name, _ in node.inputs:
+                readers[name] = min(readers.get(name, order[node.name]), order[node.name])
+    return [dataclasses.replace(node, priority=order[node.name]) if node.name in order else node for node in nodes]
+
+
 class TracedStep:
     """The ops of one traced train step, with sizes and program order."""
 
@@ -90,7 +108,7 @@ class TracedStep:
                               alias_input=(-1 if op.type == "IdentityN" else 0) if op.type in ALIASING_OPS
                               and op.inputs else None, priority=index,
                               forwards_input=op.type in FORWARDING_OPS))
-        return nodes
+        return _recomputes_just_in_time(nodes)
 
     def predicted_transient_peak(self, swaps: list[TensorCandidate] = ()) -> int:
         """Device memory the step allocates at its peak, beyond what it holds before."""

@@ -71,7 +71,7 @@ def _fit_result_html(result) -> str:
     return fit_result_html(result)
 
 
-def render_results_as_html(shell) -> None:
+def _render_results_as_html(shell) -> None:
     """Makes a notebook show a ``MemoryReport`` and an ``LmsFitResult`` as HTML tables (the UI's).
 
     The result objects stay plain data; the shell's HTML formatter is told how to
@@ -83,14 +83,14 @@ def render_results_as_html(shell) -> None:
 
 
 if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None:
-    render_results_as_html(sys.modules["IPython"].get_ipython())  # imported in a notebook, with no %load_ext
+    _render_results_as_html(sys.modules["IPython"].get_ipython())  # imported in a notebook, with no %load_ext
 
 
 def load_ipython_extension(ipython) -> None:
     """Called by ``%load_ext lms_magic``: registers the magics, and the results' HTML tables."""
     from .magics import register
 
-    render_results_as_html(ipython)
+    _render_results_as_html(ipython)
     register(ipython)
 
 

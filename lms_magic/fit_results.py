@@ -192,7 +192,7 @@ class LmsFitResult:
             parts.append(f"{label} {format_size(with_lms)}")
         for action, done in (("swapped", "swapped"), ("recomputed", "recomputed on the device")):
             count = stats.get(f"{action}_tensors", 0)
-            if count or action == "swapped" and not stats.get("recomputed_tensors"):
+            if count:  # one of the two at least: something moved
                 parts.append(f"{count} tensor{'' if count == 1 else 's'} {done} "
                              f"({format_size(stats.get(f'{action}_bytes_per_step', 0))} per step)")
         if stats.get("predicted_step_ratio"):

@@ -53,9 +53,6 @@ def unregister(shell) -> None:
         manager.registry.pop(magics.__name__, None)
 
 
-RECOMPUTE_FLAGS = {"off": False, "only": "only"}  # %%lms_fit --recompute
-
-
 def _cell_value_not_shown(shell, result) -> None:
     """Makes ``result`` the cell's value (``_``, ``Out[n]``) without showing its table a second time."""
     shell.displayhook.update_user_ns(result)
@@ -142,7 +139,8 @@ class GpuMemMagics(Magics):
 
                 display(value)
             if is_cell and not args.quiet:  # printed above: `_` holds it, not shown again
-                return _cell_value_not_shown(self.shell, report)
+                _cell_value_not_shown(self.shell, report)
+                return None
             return report
         return value
 
@@ -180,7 +178,7 @@ class LmsFitMagics(Magics):
     @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
     @argument("--host-device", default=None,
               help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
-    @argument("--recompute", default="off",
+    @argument("--recompute", choices=("off", "only"), default="off",
               help="off (swap what the plan moves), only (recompute it instead, never swap: nothing crosses the host "
                    "link; TensorFlow)")
     @argument("--compare", action="store_true",
@@ -242,7 +240,10 @@ class LmsFitMagics(Magics):
             show(result, self.shell)
         if not args.return_result:
             return value
-        return result if args.quiet else _cell_value_not_shown(self.shell, result)  # the dashboard showed it
+        if args.quiet:
+            return result
+        _cell_value_not_shown(self.shell, result)  # the dashboard showed it
+        return None
 
     @staticmethod
     def _record(result, outcome):
@@ -262,11 +263,9 @@ class LmsFitMagics(Magics):
         try:
             if args.steps is not None:
                 whole_number("steps", args.steps, 1)
-            if args.recompute not in RECOMPUTE_FLAGS:
-                raise OptionError("recompute", args.recompute, "takes off or only")
             options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
                                  device=args.device, host_device=args.host_device,
-                                 recompute=RECOMPUTE_FLAGS[args.recompute])
+                                 recompute="only" if args.recompute == "only" else False)
             check_devices(options.device, options.host_device)
         except OptionError as error:
             raise UsageError(error.for_magic()) from None

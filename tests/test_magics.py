@@ -278,7 +278,7 @@ def test_recompute_only_says_what_it_recomputed_and_that_the_loss_is_the_same(fi
                                             ("--device banana", "--device banana: is not a device of this "
                                                                 "process, which has /CPU:0, /CPU:1"),
                                             ("--host-device /GPU:3", "--host-device /GPU:3: is not a device"),
-                                            ("--recompute yes", "--recompute yes: takes off or only")])
+                                            ("--recompute yes", "argument --recompute: invalid choice: 'yes'")])
 def test_bad_options_are_usage_errors(fit_shell, options, words):
     from IPython.core.error import UsageError
 

@@ -67,8 +67,10 @@ class LMS(keras.callbacks.Callback):
             through ``fit``: nothing crosses the host link): a tensor made by
             cheap operations (activations, element-wise arithmetic,
             concatenations) from tensors the backward pass holds anyway is
-            dropped after the forward pass and computed again just before
-            the backward pass reads it, bit-identical. TensorFlow only.
+            dropped after the forward pass and computed again, to the bit,
+            just before the backward pass reads it. Training is
+            bit-identical on some models and differs at float rounding on
+            others (docs/lms.md says which). TensorFlow only.
         backend: makes the engine of each fit from ``(model, options, stats)``
             (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.

@@ -21,7 +21,6 @@ from .core.plan import DEFAULT_MIN_BYTES, PLANNED, NAME_FIELDS, Selection
 _MAGIC_FLAGS = {"budget_bytes": "--budget", "n_tensors": "--n-tensors", "min_bytes": "--min-bytes",
                 "host_device": "--host-device", "batch_size": "--batch-size", "max_trials": "--max-trials"}
 _API_NAMES = {"budget_bytes": "budget"}
-RECOMPUTE_CHOICES = (False, "only")  # True (the hybrid plan: keep, swap or recompute per tensor) is not built yet
 
 
 class OptionError(ValueError):
@@ -138,8 +137,7 @@ class LmsOptions:
             if not (spec is None or isinstance(spec, str)):
                 raise OptionError(role, spec, "takes a device name such as '/GPU:0' or '/CPU:0'")
             put(role, device_name(spec))
-        if not any(self.recompute is choice or (isinstance(choice, str) and self.recompute == choice)
-                   for choice in RECOMPUTE_CHOICES):
+        if not (self.recompute is False or self.recompute == "only"):  # True, the hybrid plan, is not built yet
             raise OptionError("recompute", self.recompute, "takes False (swap what the plan moves) or 'only' "
                                                            "(recompute it, never swap); True, the hybrid plan, is not "
                                                            "built yet")

@@ -156,12 +156,17 @@ def step_timeline_figure(variants):
                                         text=[f"peak {timeline[top] / unit:.1f} {name} ({peak['phase']} pass)"],
                                         textposition="top center", name=f"{label}: peak", showlegend=False))
     if budget:
-        what = "usable device memory" if str(lms.lms_stats.get("plan_rule")) == "fits the device" else "budget"
-        figure.add_hline(y=budget / unit, line_dash="dash", annotation_text=f"{what} {budget / unit:.1f} {name}")
+        figure.add_hline(y=budget / unit, line_dash="dash",
+                         annotation_text=f"{_budget_label(lms.lms_stats)} {budget / unit:.1f} {name}")
     figure.update_layout(title=f"device memory through one train step ({name}, predicted by LMS's replay)",
                          xaxis_title="share of the step's ops (%)", yaxis_title=name, height=360,
                          margin=dict(l=50, r=20, t=40, b=40))
     return figure
+
+
+def _budget_label(stats) -> str:
+    """What the dashed line is: the device's usable memory (the capacity less headroom) or a budget asked for."""
+    return "usable device memory" if str(stats.get("plan_rule")) == "fits the device" else "budget"
 
 
 def size_unit(values) -> tuple[int, str]:
@@ -213,9 +218,9 @@ def memory_bars_figure(variants):
                                     marker_color=_COLOURS[index % len(_COLOURS)], legendgroup=label,
                                     showlegend=column == 1), row=1, col=column)
     if budget:
-        what = "usable device memory" if str(lms.lms_stats.get("plan_rule")) == "fits the device" else "budget"
-        figure.add_hline(y=budget / device_unit[0], line_dash="dash", row=1, col=1, annotation_position="top left",
-                         annotation_text=f"{what} {budget / device_unit[0]:.1f} {device_unit[1]}")
+        unit, name = device_unit
+        figure.add_hline(y=budget / unit, line_dash="dash", row=1, col=1, annotation_position="top left",
+                         annotation_text=f"{_budget_label(lms.lms_stats)} {budget / unit:.1f} {name}")
     figure.update_layout(title="peak memory", barmode="group", height=360, margin=dict(l=50, r=20, t=60, b=40))
     return figure
 

@@ -195,14 +195,16 @@ class TensorFlowBackend:
             return
         batch = step.batch_size
         persistent = self._persistent_bytes()
-        replays = step.replay(chosen_items, explain=True), step.replay([], explain=True)
+        without = step.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
+        with_swaps = None if self.recompute == "only" else step.replay(chosen_items, explain=True)
         records = self._insert(graph, ops, chosen_items, batch)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
-        if self.recompute == "only":  # the clones are in the graph: its replay is the plan's
-            chosen_items, replays = [], (self.step.replay([], explain=True), replays[1])
-        traced_peaks = (persistent + replays[0].peak_bytes, persistent + replays[1].peak_bytes)
+        # with LMS: the swaps replayed on the traced step, or the step with the clones in it, replayed as it is
+        traced, swaps, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
+                                   (self.step, [], self.step.replay([], explain=True)))
+        traced_peaks = (persistent + with_lms.peak_bytes, persistent + without.peak_bytes)
         self._record(records)
         self.stats.update({
             "active": True, "backend": "tensorflow", "candidates": len(candidates), "persistent_bytes": persistent,
@@ -210,11 +212,11 @@ class TensorFlowBackend:
             "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
         })
         self._record_plan(plan)
-        self.stats.update({name: step.explain(swaps, self._persistent(), self._layer_of, self._optimizer_scope(), result)
-                           for name, swaps, result in (("peak", chosen_items, replays[0]),
-                                                       ("peak_without_lms", [], replays[1]))})
+        context = self._persistent(), self._layer_of, self._optimizer_scope()
+        self.stats.update(peak=traced.explain(swaps, *context, with_lms),
+                          peak_without_lms=step.explain([], *context, without))
         if plan.rule is Rule.LOWEST_PEAK and candidates and not plan.moved:
-            notes.append(self._nothing_helps(replays[1].peak_after or "?", plan.peak_bytes))
+            notes.append(self._nothing_helps(without.peak_after or "?", plan.peak_bytes))
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
 

@@ -72,7 +72,7 @@ def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
     order = {}
     for node in reversed(nodes):  # a chain's last clone first: its readers are the step's own ops
         if is_recompute_op(node.name) and node.name in readers:
-            order[node.name] = min(readers[node.name], order.get(node.name, readers[node.name])) - 0.001
+            order[node.name] = readers[node.name] - 0.001
             for name, _ in node.inputs:
                 readers[name] = min(readers.get(name, order[node.name]), order[node.name])
     return [dataclasses.replace(node, priority=order[node.name]) if node.name in order else node for node in nodes]

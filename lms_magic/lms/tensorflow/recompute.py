@@ -9,15 +9,17 @@ tensors that a backward op at or after that reader also reads (so they are on th
 run, and are never themselves dropped) and small tensors (per-channel statistics, scalars), whose lives a
 clone may lengthen at no cost worth counting. In a BatchNormalization followed by a ReLU, the ReLU's output
 is recomputed from the normalization's input, which its gradient keeps. The clones run the same kernels on
-the same values as the originals, so a recomputed tensor is bit-identical to the one it replaces.
+the same values as the originals, so a recomputed tensor is bit-identical to the one it replaces (training
+with recomputes is not always: docs/lms.md says on which models, and what is known of why).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ... import compat
 from .graph import RECOMPUTE_SCOPE, SHAPE_OPS, swap_name
+from .rewrite import split_by_replica, static_bytes
 
 # Kernels cheap next to the step (memory-bound, one pass over their inputs) and deterministic.
 CHEAP_OPS = frozenset({
@@ -32,11 +34,10 @@ MAX_CLONED_OPS = 8  # a longer chain is not "cheap" any more
 
 @dataclass
 class Recompute:
-    """How to compute one candidate again: the forward ops to clone, in order, and what they read."""
+    """How to compute one candidate again: the forward ops to clone, in order."""
 
     item: object  # the rewrite's TensorCandidate
     ops: list  # forward ops, producers first, the candidate's producer last
-    sources: list = field(default_factory=list)  # the tensors the clones read that are not themselves cloned
 
 
 @dataclass
@@ -70,8 +71,6 @@ def plan_recomputes(items, ops_of_step, min_bytes: int, batch_size: int | None) 
         min_bytes: tensors smaller than this may be read by a clone whatever their life.
         batch_size: fills unknown leading dimensions for the sizes.
     """
-    from .rewrite import split_by_replica, static_bytes
-
     backward_ops = [op for _, backward in split_by_replica(ops_of_step).values() for op in backward]
     position = {op: index for index, op in enumerate(backward_ops)}
     last_read = _backward_reads(backward_ops)
@@ -90,18 +89,17 @@ def plan_recomputes(items, ops_of_step, min_bytes: int, batch_size: int | None) 
                 return True
             return last_read.get(tensor.ref(), -1) >= first
 
-        chain = _chain(item.tensor, is_source)
-        if chain is None:
+        ops = _chain(item.tensor, is_source)
+        if ops is None:
             continue
-        ops, sources = chain
-        plans[item.tensor.name] = Recompute(item, ops, sources)
+        plans[item.tensor.name] = Recompute(item, ops)
         dropped.add(item.tensor.ref())
     return plans
 
 
 def _chain(tensor, is_source):
-    """The ops to clone for ``tensor`` (producers first) and their sources; None if the chain is not cheap."""
-    ops, sources, seen = [], [], set()
+    """The ops to clone for ``tensor``, producers first, back to sources; None if the chain is not cheap."""
+    ops, seen = [], set()
 
     def visit(op) -> bool:
         if op in seen:
@@ -110,15 +108,12 @@ def _chain(tensor, is_source):
             return False
         seen.add(op)
         for source in op.inputs:
-            if is_source(source):
-                if source.ref() not in {s.ref() for s in sources}:
-                    sources.append(source)
-            elif not visit(source.op):
+            if not is_source(source) and not visit(source.op):
                 return False
         ops.append(op)
         return True
 
-    return (ops, sources) if visit(tensor.op) else None
+    return ops if visit(tensor.op) else None
 
 
 def insert_recomputes(graph, chosen: list[Recompute]) -> list[RecomputeRecord]:

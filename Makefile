@@ -40,7 +40,8 @@ test-all: $(STAMP) browser
 # model), run again by test-oldest and test-colab; the pure modules and the rest run once, in make test.
 ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_architecture[resnet-sgd]'
 VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tests/lms/tensorflow/test_backend.py \
-	tests/lms/tensorflow/test_predict.py tests/lms/tensorflow/test_recompute.py tests/test_magics.py tests/test_compare.py \
+	tests/lms/tensorflow/test_predict.py tests/lms/tensorflow/test_recompute.py tests/lms/tensorflow/test_hybrid.py \
+	tests/test_magics.py tests/test_compare.py \
 	$(ONE_REAL_MODEL)
 
 # The LMS tests on the oldest supported TensorFlow / Keras pair (lms_magic/compat.py SUPPORTED), in a venv of its own.

@@ -13,27 +13,16 @@ included), the tensors recomputed, whether the losses are identical, and the ste
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-MODELS = ("DenseNet121", "ResNet50", "MobileNetV2", "EfficientNetB0")
+from applications import cli, compiled_application, fresh_runs, header
 
 
 def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
     """One fit in this process: ``variant`` is "plain" or "recompute"."""
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root))
-    from tests.conftest import _split_tensorflow_cpu
-
-    _split_tensorflow_cpu()
+    model, x, y = compiled_application(name, size, batch, steps)
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from lms_magic import LMS
@@ -53,12 +42,6 @@ def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
             self.peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - self.before)
             self.losses.append(float(logs["loss"]))
 
-    keras.utils.set_random_seed(5)
-    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
-                                              classifier_activation=None)
-    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rng = np.random.default_rng(0)
-    x, y = rng.random((batch * steps, size, size, 3), dtype="float32"), rng.integers(0, 10, batch * steps)
     record = StepPeaks()
     callbacks = [record]
     if variant == "recompute":
@@ -76,16 +59,9 @@ def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
 
 def main(names, size: int, batch: int, steps: int) -> None:
     mib = 2**20
-    print(f"{size}x{size}, batch {batch}, {steps} steps, SGD with momentum; this machine's CPU as the accelerator")
+    print(header(size, batch, steps))
     for name in names:
-        runs = {}
-        for variant in ("plain", "recompute"):
-            done = subprocess.run([sys.executable, __file__, "--one", name, variant, "--size", str(size), "--batch",
-                                   str(batch), "--steps", str(steps)], capture_output=True, text=True,
-                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-            if done.returncode:
-                raise RuntimeError(done.stderr[-2000:])
-            runs[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+        runs = fresh_runs(__file__, name, ("plain", "recompute"), size, batch, steps)
         plain, lms = runs["plain"], runs["recompute"]
         print(f"{name}: measured step peak {plain['step_peak_bytes'] / mib:.1f} -> {lms['step_peak_bytes'] / mib:.1f} MiB "
               f"({lms['step_peak_bytes'] / plain['step_peak_bytes'] - 1:+.0%}); predicted peak "
@@ -98,14 +74,4 @@ def main(names, size: int, batch: int, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", nargs="*", default=list(MODELS))
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--one", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure(*args.one, args.size, args.batch, args.steps)))
-    else:
-        main(args.models, args.size, args.batch, args.steps)
+    cli(__doc__, measure, main, steps=5)

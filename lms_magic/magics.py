@@ -178,9 +178,9 @@ class LmsFitMagics(Magics):
     @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
     @argument("--host-device", default=None,
               help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
-    @argument("--recompute", choices=("off", "only"), default="off",
-              help="off (swap what the plan moves), only (recompute it instead, never swap: nothing crosses the host "
-                   "link; TensorFlow)")
+    @argument("--recompute", choices=("off", "on", "only"), default="off",
+              help="off (swap what the plan moves), on (recompute what can be from tensors on the device, swap the "
+                   "rest), only (recompute, never swap: nothing crosses the host link); TensorFlow")
     @argument("--compare", action="store_true",
               help="also train without LMS from the same weights, optimizer state, seed and batches")
     @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
@@ -265,7 +265,7 @@ class LmsFitMagics(Magics):
                 whole_number("steps", args.steps, 1)
             options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
                                  device=args.device, host_device=args.host_device,
-                                 recompute="only" if args.recompute == "only" else False)
+                                 recompute={"off": False, "on": True}.get(args.recompute, args.recompute))
             check_devices(options.device, options.host_device)
         except OptionError as error:
             raise UsageError(error.for_magic()) from None

@@ -269,6 +269,17 @@ def test_recompute_only_says_what_it_recomputed_and_that_the_loss_is_the_same(fi
     assert row[1] == "0.0 KiB" and row[2] != "0.0 KiB"
 
 
+def test_recompute_on_says_what_it_recomputed_and_what_it_swapped(fit_shell):
+    """The hybrid plan through the magic, with the default plan, on a residual model with BatchNormalization."""
+    fit_shell.run_cell("from tests import models as test_models\nresidual = test_models.residual_bn_dropout()\n"
+                       "x, y = test_models.images(48, 32)")
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --recompute on --min-bytes 0\n"
+                                "residual.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)").result
+    headline = result.headline()
+    assert "recomputed on the device" in headline and "swapped" in headline, headline
+    assert "final loss identical" in headline
+
+
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),
                                             ("--steps 0", "--steps 0: must be a whole number >= 1"),
                                             ("--budget lots", "--budget lots: not a memory size"),

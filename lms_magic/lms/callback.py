@@ -62,15 +62,18 @@ class LMS(keras.callbacks.Callback):
         batch_size_hint: the batch size, for data whose batches TensorFlow
             traces with an unknown size (Python generators); an int or a
             function returning one. Defaults to None.
-        recompute: False (the default) swaps what the plan moves; "only"
-            recomputes instead, and never swaps (gradient checkpointing
-            through ``fit``: nothing crosses the host link): a tensor made by
-            cheap operations (activations, element-wise arithmetic,
-            concatenations) from tensors the backward pass holds anyway is
-            dropped after the forward pass and computed again, to the bit,
-            just before the backward pass reads it. Training is
-            bit-identical on some models and differs at float rounding on
-            others (docs/lms.md says which). TensorFlow only.
+        recompute: False (the default) swaps what the plan moves; True
+            (the hybrid plan) recomputes those of them that can be at no
+            higher predicted peak and swaps the rest; "only" recomputes and
+            never swaps (gradient checkpointing through ``fit``: nothing
+            crosses the host link). A recomputed tensor, made by cheap
+            operations (activations, element-wise arithmetic,
+            concatenations) from tensors the backward pass holds anyway (or,
+            with True, swaps back in), is dropped after the forward pass and
+            computed again, to the bit, just before the backward pass reads
+            it. Training is bit-identical on some models and differs at
+            float rounding on others (docs/lms.md says which). TensorFlow
+            only.
         backend: makes the engine of each fit from ``(model, options, stats)``
             (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.
@@ -160,8 +163,9 @@ class LMS(keras.callbacks.Callback):
             raise RuntimeError(unsupported_message(name))
         compat.check_versions(name)
         if name == "torch":
-            if options.recompute == "only":
-                self.stats.reason = "recompute='only' is not available on PyTorch yet, and it never swaps: nothing moves"
+            if options.recompute:
+                self.stats.reason = (f"recompute={options.recompute!r} is not available on PyTorch yet: nothing "
+                                     "moves (recompute=False swaps)")
                 if options.verbose:
                     warnings.warn(f"LMS: {self.stats.reason}", LmsNotice, stacklevel=2)
                 return None

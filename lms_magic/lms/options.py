@@ -137,10 +137,10 @@ class LmsOptions:
             if not (spec is None or isinstance(spec, str)):
                 raise OptionError(role, spec, "takes a device name such as '/GPU:0' or '/CPU:0'")
             put(role, device_name(spec))
-        if not (self.recompute is False or self.recompute == "only"):  # True, the hybrid plan, is not built yet
-            raise OptionError("recompute", self.recompute, "takes False (swap what the plan moves) or 'only' "
-                                                           "(recompute it, never swap); True, the hybrid plan, is not "
-                                                           "built yet")
+        if not (self.recompute is False or self.recompute is True or self.recompute == "only"):
+            raise OptionError("recompute", self.recompute, "takes False (swap what the plan moves), True (recompute "
+                                                           "what can be, swap the rest) or 'only' (recompute, never "
+                                                           "swap)")
         hint = self.batch_size_hint
         if hint is not None and not callable(hint):
             whole_number("batch_size_hint", hint, 1)

@@ -26,6 +26,7 @@ from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
+from . import hybrid as _hybrid
 from . import predict as _predict
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
@@ -49,6 +50,7 @@ class TensorFlowBackend:
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         self.recompute = options.recompute
+        self._hybrid = _hybrid.HybridPlan(options.selection, options.host_device) if self.recompute is True else None
         self._hint = options.batch_size
         self.step = None  # the traced step's TracedStep, after the first trace (for inspection)
         self.executed = None  # the probe's ExecutedStep, where the plan was made on one (for inspection)
@@ -135,7 +137,7 @@ class TensorFlowBackend:
         batch = self._batch_size(data)
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         if self.recompute == "only":
-            recomputable = _recompute.plan_recomputes(candidates, ops, self.selection.min_bytes, batch)
+            recomputable = _recompute.plan_recomputes(candidates, ops)
             notes.append(f"recompute='only': {len(recomputable)} of {len(candidates)} candidates can be computed "
                          "again from tensors the backward pass holds; the others stay on the device")
             candidates = [item for item in candidates if item.tensor.name in recomputable]
@@ -191,13 +193,13 @@ class TensorFlowBackend:
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
             self._probing = True
         if self.stats.records is not None:
-            self._insert(graph, ops, chosen_items, step.batch_size)  # a retrace: same rule, stats from the first
+            self._insert(graph, ops, chosen_items, step.batch_size, candidates)  # a retrace: stats from the first
             return
         batch = step.batch_size
         persistent = self._persistent_bytes()
         without = step.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
         with_swaps = None if self.recompute == "only" else step.replay(chosen_items, explain=True)
-        records = self._insert(graph, ops, chosen_items, batch)
+        records = self._insert(graph, ops, chosen_items, batch, candidates)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
@@ -226,13 +228,33 @@ class TensorFlowBackend:
         return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
             plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
 
-    def _insert(self, graph, ops, items, batch: int | None) -> list:
-        """Swaps (or, with recompute="only", recomputes) ``items`` in the traced step ``ops`` of ``graph``."""
-        if self.recompute != "only":
-            return _rewrite_ops.insert_swaps(graph, items, self.host_device)
-        chains = _recompute.plan_recomputes(items, ops, self.selection.min_bytes, batch)
-        return _recompute.insert_recomputes(graph, [chains[item.tensor.name] for item in items
-                                                    if item.tensor.name in chains])
+    def _insert(self, graph, ops, items, batch: int | None, candidates) -> list:
+        """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``candidates``: all of its
+        candidates): swapped, recomputed (recompute="only": those that can be), or as the hybrid plan says."""
+        if self.recompute == "only":
+            chains = _recompute.plan_recomputes(items, ops)
+            return _recompute.insert_recomputes(graph, [chains[item.tensor.name] for item in items
+                                                        if item.tensor.name in chains])
+        if self._hybrid is not None:
+            return self._hybrid.insert(graph, ops, items, candidates, self._probing)
+        return _rewrite_ops.insert_swaps(graph, items, self.host_device)
+
+    def _hybrid_check(self, executed, peak_bytes: int) -> Action:
+        """The hybrid plan after a step whose executed graphs (``executed``: a function making their
+        ExecutedStep) predict ``peak_bytes``: after one that swapped the plan's tensors, its recomputes chosen
+        on them and run from the next step; after one that ran them, swaps alone from the next step where
+        they raised the predicted peak."""
+        hybrid, names = self._hybrid, self._chosen[self.stats.batch_size]
+        if hybrid.state == "swaps first":
+            self.stats.notes.append(hybrid.choose(executed(), names, self.candidates, peak_bytes))
+            return self._retrace(names, probing=False, note="the hybrid plan's recomputes run from the next step") \
+                if hybrid.state == "on" else Action.KEEP
+        if hybrid.raised_the_peak(peak_bytes, self.stats.recomputed_tensors):
+            return self._retrace(names, probing=False, note=(
+                f"the executed graphs predict {format_size(peak_bytes)} with the hybrid plan's "
+                f"{self.stats.recomputed_tensors} recomputes, above the {format_size(hybrid.swap_only_peak_bytes)} "
+                "of swaps alone: swaps alone from the next step"))
+        return Action.KEEP
 
     def _record(self, records) -> None:
         """The swaps and recomputes as inserted: stats' records and plan rows."""
@@ -268,7 +290,7 @@ class TensorFlowBackend:
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
             return False
-        records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], batch)
+        records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], batch, candidates)
         if self._retraces:
             self._record(records)
         return True
@@ -281,7 +303,7 @@ class TensorFlowBackend:
         if not partitions or not self.stats.active:
             return Action.KEEP
         self.stats.partition_graphs = partitions
-        if self.recompute == "only":  # the traced graph's figures stand: the executed graphs' undo knows swaps only
+        if self.recompute == "only":  # the traced graph's figures stand (0.95 of the measured on DenseNet121)
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(self._why_nothing(self._plan))
             return Action.KEEP
@@ -307,6 +329,10 @@ class TensorFlowBackend:
             except Exception as error:  # a plan search that fails leaves the swaps that ran, said
                 self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
                                         f"{error}): the first step's swaps stand")
+        elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
+                self._retraces < 2:  # a plan given by a count: its first step swapped it
+            action = self._hybrid_check(lambda: _predict.ExecutedStep(partitions, self.device, self.step),
+                                        with_lms["bytes"])
         if action is not Action.RETRACE and self._cost is not None:
             self.stats.update(predicted_step_ratio=self._cost.ratio(self.stats.swapped_bytes_per_step),
                               compute_s=self._cost.compute_s, compute_source=self._cost.source)
@@ -343,13 +369,15 @@ class TensorFlowBackend:
                     f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
                     f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
                     "step, to plan on its graphs"))
-            if not self.stats.swapped_tensors:
+            moved = self.stats.swapped_tensors + self.stats.recomputed_tensors
+            if not moved:
                 return self._step_out(self._why_nothing(plan))
             if plan.rule is Rule.LOWEST_PEAK and self.stats.device_peak_bytes > plain_peak_bytes:
                 return self._step_out(f"the executed graphs predict {format_size(self.stats.device_peak_bytes)} "
-                                      f"with the planned {self.stats.swapped_tensors} swaps, above "
+                                      f"with the planned {moved} tensors moved, above "
                                       f"{format_size(plain_peak_bytes)} without")
-            return Action.KEEP
+            return Action.KEEP if self._hybrid is None else self._hybrid_check(
+                lambda: _predict.ExecutedStep(partitions, self.device, self.step), self.stats.device_peak_bytes)
         executed = self.executed = _predict.ExecutedStep(partitions, self.device, self.step)
         held = [item for item in self.candidates if executed.holds(item)]
         started = time.perf_counter()
@@ -365,7 +393,9 @@ class TensorFlowBackend:
         names = [candidate.tensor for candidate in plan.moved]
         if not names:
             return self._step_out(self._why_nothing(plan))
-        if names == self._chosen[self.stats.batch_size]:
+        if self._hybrid is not None:
+            self.stats.notes.append(self._hybrid.choose(executed, names, self.candidates, plan.peak_bytes))
+        if names == self._chosen[self.stats.batch_size] and (self._hybrid is None or self._hybrid.state != "on"):
             self._probing = False
             return Action.KEEP
         return self._retrace(names, probing=False, note=(
@@ -405,18 +435,26 @@ class TensorFlowBackend:
 
     def summary_line(self) -> str:
         stats = self.stats
-        moved = stats.recomputed_tensors if self.recompute == "only" else stats.swapped_tensors
+        moved = stats.recomputed_tensors + stats.swapped_tensors
         rule = f"first {moved}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
-        what = (f"recomputing {stats.recomputed_tensors} of {stats.candidates} tensors "
-                f"({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step; plan: {rule}), nothing to the host"
-                if self.recompute == "only" else
-                f"swapping {stats.swapped_tensors} of {stats.candidates} tensors "
-                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}; plan: {rule}) "
-                f"to {self.host_device}")
+        recomputed = f"{stats.recomputed_bytes_per_step / MIB:.1f} MiB per step"
+        swapped = f"{stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}"
+        if self.recompute == "only":
+            what = (f"recomputing {stats.recomputed_tensors} of {stats.candidates} tensors ({recomputed}; "
+                    f"plan: {rule}), nothing to the host")
+        elif stats.recomputed_tensors:
+            what = (f"recomputing {stats.recomputed_tensors} ({recomputed}) and swapping {stats.swapped_tensors} "
+                    f"({swapped}) of {stats.candidates} tensors (plan: {rule}) to {self.host_device}")
+        else:
+            what = f"swapping {stats.swapped_tensors} of {stats.candidates} tensors ({swapped}; plan: {rule}) to " \
+                   f"{self.host_device}"
+        ratio = stats.predicted_step_ratio if self.recompute != "only" else None
         return (f"LMS: {what}; "
                 f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
                 f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
-                + (f"; predicted step time {stats.predicted_step_ratio - 1:+.0%}" if stats.predicted_step_ratio else ""))
+                + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")
+                + (" (transfers only: the recomputes' own time is not counted)" if ratio and stats.recomputed_tensors
+                   else ""))
 
     def close(self) -> None:
         """Nothing to release: the swaps live in the LMS train function, which the callback drops."""

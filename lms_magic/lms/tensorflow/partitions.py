@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ..core.simulate import Node, collector_paused, execution_order
-from .graph import ALIASING_OPS, FORWARDING_OPS, FREE_OPS, SHAPE_OPS, SWAP_OPS, is_swap_op
+from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, RECOMPUTE_SCOPE, SHAPE_OPS, SWAP_OPS, is_swap_op,
+                    op_name_in_step)
 
 def _parse_input(text: str) -> tuple[str, int, bool]:
     if text.startswith("^"):
@@ -42,7 +43,8 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
         priority_of: the program order of a node, or None (then it runs as
             soon as it is ready).
         undo_swaps: predict the graph without LMS: consumers of a swapped-in
-            tensor read the original device tensor, and the copies disappear.
+            or recomputed tensor read the original device tensor, and the
+            copies and clones disappear.
 
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
@@ -58,7 +60,13 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
 
     removed: set[str] = set()
     rewired: dict[tuple[str, int], tuple[str, int]] = {}
+    recomputed: dict[str, str] = {}  # a recompute clone -> the executed op it clones the candidate's producer of
     if undo_swaps:
+        for node in graph_nodes:
+            origin = index.recomputed_origin(node.name)
+            if origin is not None:
+                recomputed[node.name] = origin
+                removed.add(node.name)
         for node in graph_nodes:
             if node.op == "_Recv" and on_device(node):
                 origin = swapped_origin(node.name, 0)
@@ -98,7 +106,8 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
             if is_control:
                 control.append(name)
             elif node.op not in SHAPE_OPS:  # shape ops read metadata, not the buffer
-                data.append(rewired.get((name, index), (name, index)))
+                data.append((recomputed[name], index) if name in recomputed else rewired.get((name, index),
+                                                                                             (name, index)))
         inputs_of[node.name] = (data, control)
         for name, index in data:
             referenced[name] = max(referenced.get(name, 0), index + 1)
@@ -138,6 +147,23 @@ class _PartitionIndex:
         self.sends = {_tensor_name(node): node for node in self.nodes if node.op == "_Send"}
         self.by_name = {node.name: node for node in self.nodes}
         self.device = device
+        self._in_step: dict[str, str] | None = None
+
+    def recomputed_origin(self, name: str) -> str | None:
+        """For a clone recompute.py made (``<scope>lms_recompute/<swap name of the tensor>/<i>``): the executed
+        op whose output the chain's last clone copies (only that clone has readers outside the chain);
+        else None. Where Grappler renamed the op away, the clone stays (a warning for the prediction only)."""
+        scopes = name.split("/")
+        if RECOMPUTE_SCOPE not in scopes[:-2]:
+            return None
+        at = scopes.index(RECOMPUTE_SCOPE)
+        op_name = "/".join(scopes[at + 1:-1]).rsplit("_", 1)[0]  # swap_name: "op/name:0" -> "op/name_0"
+        exact = "/".join(scopes[:at] + [op_name])
+        if exact in self.by_name:
+            return exact
+        if self._in_step is None:
+            self._in_step = {op_name_in_step(node.name): node.name for node in self.nodes}
+        return self._in_step.get(op_name)
 
     def on_device(self, node) -> bool:
         return node.device.endswith(self.device)

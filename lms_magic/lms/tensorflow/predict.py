@@ -62,19 +62,25 @@ def _planned(swaps: list[TensorCandidate]) -> list[Swap]:
 
 def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
     """The recompute clones (made after the whole step, so last in program order) ordered just before their
-    first reader, as TensorFlow's executor runs them: as soon as their gate has run."""
-    if not any(is_recompute_op(node.name) for node in nodes):
+    first reader, as TensorFlow's executor runs them: as soon as their gate has run. A chain's clones are
+    placed from its last (read by the step's own ops) back, in whatever order the graph lists them."""
+    clones = [node for node in nodes if is_recompute_op(node.name)]
+    if not clones:
         return nodes
-    readers: dict[str, float] = {}
+    readers: dict[str, list[str]] = {}
     for node in nodes:
         for name, _ in node.inputs:
-            readers[name] = min(readers.get(name, node.priority), node.priority)
-    order = {}
-    for node in reversed(nodes):  # a chain's last clone first: its readers are the step's own ops
-        if is_recompute_op(node.name) and node.name in readers:
-            order[node.name] = readers[node.name] - 0.001
-            for name, _ in node.inputs:
-                readers[name] = min(readers.get(name, order[node.name]), order[node.name])
+            readers.setdefault(name, []).append(node.name)
+    priority = {node.name: node.priority for node in nodes}
+
+    def placed(name: str, seen=()) -> float:  # a clone's priority: just before its first reader's
+        if name in seen:
+            return priority[name]
+        first = min((placed(reader, seen + (name,)) if is_recompute_op(reader) else priority[reader]
+                     for reader in readers.get(name, ())), default=priority[name] + 0.001)
+        return first - 0.001
+
+    order = {node.name: placed(node.name) for node in clones if node.name in readers}
     return [dataclasses.replace(node, priority=order[node.name]) if node.name in order else node for node in nodes]
 
 
@@ -187,7 +193,7 @@ def train_partitions(run_metadata):
 
 def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
                    optimizer_scope: str | None) -> tuple[dict, dict, int]:
-    """The executed partitions replayed with LMS and without (its swaps undone), each explained
+    """The executed partitions replayed with LMS and without (its swaps and recomputes undone), each explained
     (peak.explain_peak: its ``bytes`` include ``persistent``), and the count of unknown-size device nodes."""
     suffix = device_suffix(device)
     brought_back = swapped_in(partitions, suffix)
@@ -201,6 +207,7 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
     explained, unknown_count = [], 0
     for undo in (False, True):
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo)
+        nodes = _recomputes_just_in_time(nodes)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
         explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
@@ -221,20 +228,27 @@ class ExecutedStep:
     def __init__(self, partitions, device: str, traced: TracedStep):
         suffix = device_suffix(device)
         self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of)
+        self.nodes = _recomputes_just_in_time(self.nodes)
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
+        self._host_ops: dict[str, str] = {}  # that swap name -> the host swap-in op (gated on the trigger)
         self._origin: dict[str, tuple[str, int]] = {}  # that _Recv -> the executed tensor it brings back
+        self._in_step: dict[str, str] | None = None  # an op's name in the step -> its executed node's
         for recv, (host_op, origin) in swap_ins(partitions, suffix).items():
             tensor = swapped_tensor_name(host_op)
             if tensor is not None:
-                self._swap_ins[tensor] = recv
+                self._swap_ins[tensor], self._host_ops[tensor] = recv, host_op
                 self._origin[recv] = origin
 
     def holds(self, item: TensorCandidate) -> bool:
         """Whether the executed graphs hold the candidate's swap (Grappler may have fused its producer away)."""
         return swap_name(item.tensor.name) in self._swap_ins
 
-    def transient_peak(self, items: list[TensorCandidate]) -> int:
-        """Device memory the executed step allocates at its peak with only ``items`` swapped."""
+    def transient_peak(self, items: list[TensorCandidate], gates: dict[str, str] | None = None,
+                       reads: dict[str, str] | None = None) -> int:
+        """Device memory the executed step allocates at its peak with only ``items`` swapped; ``gates`` (swap
+        name -> swap name): a swap brought back at another's gate instead of its own (both in ``items``);
+        ``reads`` (traced tensor name -> swap name): a device tensor read again at that swap's gate (by a
+        recompute's clones)."""
         kept = {self._swap_ins.get(swap_name(item.tensor.name)) for item in items}
         undone = {recv: origin for recv, origin in self._origin.items() if recv not in kept}
         with collector_paused():
@@ -242,4 +256,44 @@ class ExecutedStep:
                      dataclasses.replace(node, inputs=tuple(undone[name] if name in undone else (name, index)
                                                             for name, index in node.inputs))
                      for node in self.nodes if node.name not in undone]
-            return replay(nodes).peak_bytes
+            return replay(self._read_again(self._gates_moved(nodes, gates or {}), reads or {})).peak_bytes
+
+    def _read_again(self, nodes: list[Node], reads: dict[str, str]) -> list[Node]:
+        """``nodes`` with a reader of each tensor in ``reads`` run just before the first reader of the swap-in it
+        names, as a clone runs (so it lives until there at least), where the executed graphs hold both."""
+        if not reads:
+            return nodes
+        if self._in_step is None:
+            self._in_step = {op_name_in_step(node.name): node.name for node in self.nodes}
+        by_name = {node.name: node for node in nodes}
+        first_read: dict[str, float] = {}
+        for node in nodes:
+            for name, _ in node.inputs:
+                first_read[name] = min(first_read.get(name, node.priority), node.priority)
+        readers = []
+        for index, (tensor, other) in enumerate(reads.items()):
+            op_name, _, output = tensor.rpartition(":")
+            source, recv = self._in_step.get(op_name), self._swap_ins.get(other, "")
+            if source in by_name and recv in by_name:
+                readers.append(Node(f"lms_read_again/{index}", (), ((source, int(output)),), (recv,), True, None,
+                                    first_read.get(recv, by_name[recv].priority) - 0.001))
+        return nodes + readers
+
+    def _gates_moved(self, nodes: list[Node], gates: dict[str, str]) -> list[Node]:
+        """``nodes`` with each swap in ``gates`` brought back at the other's gate: its host swap-in waits on
+        what the other's waits on, and it and its copy to the device take the other's place in program order."""
+        moved = {}  # node name -> (control inputs or None, priority)
+        by_name = {node.name: node for node in nodes}
+        for tensor, other in gates.items():
+            host_op, gate_op = self._host_ops.get(tensor), by_name.get(self._host_ops.get(other, ""))
+            recv, other_recv = by_name.get(self._swap_ins.get(tensor, "")), by_name.get(self._swap_ins.get(other, ""))
+            if host_op not in by_name or gate_op is None or recv is None or other_recv is None:
+                continue
+            moved[host_op] = (gate_op.control_inputs, gate_op.priority)
+            moved[recv.name] = (None, other_recv.priority)
+            for node in nodes:  # the host _Send between them
+                if not node.on_device and any(name == host_op for name, _ in node.inputs):
+                    moved[node.name] = (None, gate_op.priority)
+        return [node if node.name not in moved else dataclasses.replace(
+            node, control_inputs=node.control_inputs if moved[node.name][0] is None else moved[node.name][0],
+            priority=moved[node.name][1]) for node in nodes]

@@ -4,22 +4,24 @@ device just before the backward pass reads it, from tensors the backward pass ho
 The tensor's producer, and the cheap ops behind it (element-wise arithmetic, activations, concatenations,
 reshapes; never a convolution, a matrix product, a reduction or a random op), are cloned into the train
 step; each clone is gated, like a swap-in, on the backward op ``lb`` hops upstream of the tensor's first
-backward reader, and the backward readers read the last clone. The chain stops at *sources*: forward
-tensors that a backward op at or after that reader also reads (so they are on the device when the clones
-run, and are never themselves dropped) and small tensors (per-channel statistics, scalars), whose lives a
-clone may lengthen at no cost worth counting. In a BatchNormalization followed by a ReLU, the ReLU's output
-is recomputed from the normalization's input, which its gradient keeps. The clones run the same kernels on
+backward reader, and the backward readers read the last clone. The chain stops at *sources*: variables,
+constants, and forward tensors that a backward op at or after that reader also reads (so they are on the
+device when the clones run anyway, and are never themselves dropped); in the hybrid plan also a swapped
+tensor, read from its swap-in. A clone lengthens no tensor's life: a small one that the backward pass
+does not hold (a normalization's shift) is computed again too. In a BatchNormalization followed by a
+ReLU, the ReLU's output is recomputed from the normalization's input, which its gradient keeps. The clones run the same kernels on
 the same values as the originals, so a recomputed tensor is bit-identical to the one it replaces (training
 with recomputes is not always: docs/lms.md says on which models, and what is known of why).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ... import compat
 from .graph import RECOMPUTE_SCOPE, SHAPE_OPS, swap_name
-from .rewrite import split_by_replica, static_bytes
+from .rewrite import insert_swaps, split_by_replica
 
 # Kernels cheap next to the step (memory-bound, one pass over their inputs) and deterministic.
 CHEAP_OPS = frozenset({
@@ -62,19 +64,21 @@ def _backward_reads(backward: list) -> dict:
     return last
 
 
-def plan_recomputes(items, ops_of_step, min_bytes: int, batch_size: int | None) -> dict[str, Recompute]:
+def plan_recomputes(items, ops_of_step, the_rest: str = "kept") -> dict[str, Recompute]:
     """The candidates (TensorCandidate) that can be recomputed, by tensor name, each with its chain.
 
     Args:
-        items: the candidates, in forward order.
+        items: the candidates moved off the device, in forward order.
         ops_of_step: the train step's ops in creation order (forward first, then backward).
-        min_bytes: tensors smaller than this may be read by a clone whatever their life.
-        batch_size: fills unknown leading dimensions for the sizes.
+        the_rest: what becomes of the items not recomputed: "kept" on the device (recompute="only"; a chain
+            may read one the backward pass holds there) or "swapped" (the hybrid plan; a chain may read one
+            from its swap-in, which ``gate_moves`` brings back early enough).
     """
     backward_ops = [op for _, backward in split_by_replica(ops_of_step).values() for op in backward]
     position = {op: index for index, op in enumerate(backward_ops)}
     last_read = _backward_reads(backward_ops)
-    dropped: set = set()
+    dropped: set = set()  # recomputed: never a source (a chain goes through it again)
+    swapped: set = set()  # the items found not recomputable so far, where a chain may read their swap-in
     plans: dict[str, Recompute] = {}
     for item in items:
         first = min(position[c] for c in item.consumers)
@@ -82,15 +86,14 @@ def plan_recomputes(items, ops_of_step, min_bytes: int, batch_size: int | None) 
         def is_source(tensor) -> bool:
             if tensor.ref() in dropped:
                 return False
-            if tensor.op.type in ("ReadVariableOp", "Const"):
-                return True
-            size = static_bytes(tensor, batch_size)
-            if size is not None and size < min_bytes:
+            if tensor.ref() in swapped or tensor.op.type in ("ReadVariableOp", "Const"):
                 return True
             return last_read.get(tensor.ref(), -1) >= first
 
         ops = _chain(item.tensor, is_source)
         if ops is None:
+            if the_rest == "swapped":
+                swapped.add(item.tensor.ref())
             continue
         plans[item.tensor.name] = Recompute(item, ops)
         dropped.add(item.tensor.ref())
@@ -116,14 +119,15 @@ def _chain(tensor, is_source):
     return ops if visit(tensor.op) else None
 
 
-def insert_recomputes(graph, chosen: list[Recompute]) -> list[RecomputeRecord]:
+def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[RecomputeRecord]:
     """Adds the clones of each chain to ``graph`` (the train step's FuncGraph) and makes the candidate's
-    backward readers read the last clone."""
+    backward readers read the last clone. ``sources``: tensor ref -> the tensor a clone reads instead (a
+    swapped source's swap-in)."""
     records = []
     for recompute in chosen:
         item = recompute.item
         base = swap_name(item.tensor.name)
-        cloned: dict = {}  # original tensor ref -> its clone
+        cloned: dict = dict(sources or {})  # original tensor ref -> what a clone reads for it
         names = []
         for index, op in enumerate(recompute.ops):
             inputs = [cloned.get(t.ref(), t) for t in op.inputs]
@@ -141,3 +145,65 @@ def insert_recomputes(graph, chosen: list[Recompute]) -> list[RecomputeRecord]:
         records.append(RecomputeRecord(item.candidate, names, item.trigger.name, item.hops,
                                        [c.name for c in item.consumers]))
     return records
+
+
+def gate_moves(items, chains: dict[str, Recompute], ops_of_step) -> dict[str, object]:
+    """The swapped items (not in ``chains``) that a chain reads and that must come back at that chain's earlier
+    gate, so the clones never wait for a gate that waits for them: tensor name -> the chain's item."""
+    order = {op: index for index, op in enumerate(ops_of_step)}
+    swapped = {item.tensor.ref(): item for item in items if item.tensor.name not in chains}
+    moves: dict[str, object] = {}
+    for recompute in chains.values():
+        for op in recompute.ops:
+            for tensor in op.inputs:
+                item = swapped.get(tensor.ref())
+                if item is None:
+                    continue
+                current = moves.get(item.tensor.name, item)
+                if order[recompute.item.trigger] < order[current.trigger]:
+                    moves[item.tensor.name] = recompute.item
+    return moves
+
+
+def chain_reads(items, chains: dict[str, Recompute]) -> dict[str, object]:
+    """The tensors on the device (not moved, not variables) that the clones of ``chains`` read: tensor name ->
+    the item of the chain that reads it first in the backward pass (until whose gate it lives at least)."""
+    moved = {item.tensor.ref() for item in items}
+    reads: dict[str, object] = {}
+    for recompute in chains.values():
+        made = {tensor.ref() for op in recompute.ops for tensor in op.outputs}
+        for op in recompute.ops:
+            for tensor in op.inputs:
+                if tensor.ref() in moved or tensor.ref() in made or tensor.op.type in ("ReadVariableOp", "Const"):
+                    continue
+                reads.setdefault(tensor.name, recompute.item)
+    return reads
+
+
+def hybrid_chains(chains: dict[str, Recompute], transient_peak) -> dict[str, Recompute]:
+    """The chains the hybrid plan recomputes: all of them, or else each in forward order unless it raises the
+    predicted peak above swapping every item. ``transient_peak(chains)`` predicts the step with ``chains``
+    recomputed (as swaps brought back at their gates) and the rest of the plan swapped."""
+    swap_only = transient_peak({})
+    if transient_peak(chains) <= swap_only:
+        return dict(chains)
+    accepted: dict[str, Recompute] = {}
+    for name, recompute in chains.items():
+        trial = {**accepted, name: recompute}
+        if transient_peak(trial) <= swap_only:
+            accepted = trial
+    return accepted
+
+
+def insert_hybrid(graph, items, chains: dict[str, Recompute], ops_of_step, host_device: str) -> list:
+    """The hybrid plan inserted: ``chains`` recomputed, the other ``items`` swapped, those a chain reads
+    brought back at its gate (``gate_moves``); a clone reads a swapped tensor from its swap-in."""
+    moves = gate_moves(items, chains, ops_of_step)
+    swapped = [item if item.tensor.name not in moves else
+               dataclasses.replace(item, trigger=moves[item.tensor.name].trigger)
+               for item in items if item.tensor.name not in chains]
+    records = insert_swaps(graph, swapped, host_device)
+    swap_ins = {item.tensor.ref(): graph.get_operation_by_name(record.swap_in).outputs[0]
+                for item, record in zip(swapped, records)}
+    return records + insert_recomputes(graph, [chains[item.tensor.name] for item in items
+                                               if item.tensor.name in chains], swap_ins)

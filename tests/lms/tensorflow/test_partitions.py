@@ -61,3 +61,35 @@ def test_with_lms_the_activation_is_not_held_through_the_middle():
     without, _ = nodes_from_partitions(swapped_graph(), "device:GPU:0", size_of, PROGRAM_ORDER.get, undo_swaps=True)
     # without LMS, act, mid and grad_mid live together; with it, act waits on the host meanwhile
     assert (replay(with_lms).peak_bytes, replay(without).peak_bytes) == (200, 300)
+
+
+def recomputed_graph():
+    """A ReLU recomputed from the BatchNormalization input its gradient keeps: bn -> relu -> conv forward;
+    its clone chain (lms_recompute/relu_0/0 and /1), gated on grad_mid, feeds the convolution's gradient."""
+    return [SimpleNamespace(node=[
+        node("x", "Conv2D"), node("bn", "Mul", ["x"]), node("relu", "Relu", ["bn"]), node("mid", "Conv2D", ["relu"]),
+        node("grad_mid", "Conv2DBackpropInput", ["mid"]),
+        node("StatefulPartitionedCall/lms_recompute/relu_0/0", "Mul", ["x", "^grad_mid"]),
+        node("StatefulPartitionedCall/lms_recompute/relu_0/1", "Relu",
+             ["StatefulPartitionedCall/lms_recompute/relu_0/0", "^grad_mid"]),
+        node("grad_relu", "Conv2DBackpropFilter", ["grad_mid", "StatefulPartitionedCall/lms_recompute/relu_0/1"]),
+        node("grad_x", "Mul", ["grad_relu", "x"]),
+    ])]
+
+
+RECOMPUTED_SIZES = {"x": 100, "bn": 100, "relu": 100, "mid": 100, "grad_mid": 100, "grad_relu": 10, "grad_x": 10,
+                    "StatefulPartitionedCall/lms_recompute/relu_0/0": 100,
+                    "StatefulPartitionedCall/lms_recompute/relu_0/1": 100}
+
+
+def test_undo_recomputes_reads_the_original_and_drops_the_clones():
+    nodes, _ = nodes_from_partitions(recomputed_graph(), "device:GPU:0",
+                                     lambda name, op, index: RECOMPUTED_SIZES.get(name), lambda name: None,
+                                     undo_swaps=True)
+    assert not any("lms_recompute" in n.name for n in nodes)
+    grad_relu = next(n for n in nodes if n.name == "grad_relu")
+    assert grad_relu.inputs == (("grad_mid", 0), ("relu", 0))
+    # without the recompute, relu lives from the forward pass to its gradient; with it, only the clone does
+    with_lms, _ = nodes_from_partitions(recomputed_graph(), "device:GPU:0",
+                                        lambda name, op, index: RECOMPUTED_SIZES.get(name), lambda name: None)
+    assert replay(with_lms).peak_bytes < replay(nodes).peak_bytes

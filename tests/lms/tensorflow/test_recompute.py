@@ -124,9 +124,3 @@ def test_where_nothing_can_be_recomputed_nothing_moves_and_the_notes_say_why(dev
     stats = callback.stats
     assert stats.recomputed_tensors == 0 == stats.swapped_tensors
     assert any(note.startswith("recompute='only': 0 of ") for note in stats.notes), stats.notes
-
-
-@pytest.mark.parametrize("value", [True, 1, "yes", None])
-def test_recompute_takes_false_or_only_and_says_the_hybrid_plan_is_not_built(value):
-    with pytest.raises(OptionError, match="recompute=.*takes False .* or 'only' .* True, the hybrid plan, is not built"):
-        LMS(recompute=value)

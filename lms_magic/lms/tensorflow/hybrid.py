@@ -61,9 +61,10 @@ class HybridPlan:
 
         def transient_peak(trial) -> int:
             moves = _recompute.gate_moves(items, trial, self._ops)
+            reads = _recompute.chain_reads(items, trial, self._ops)
             return executed.transient_peak(
                 items, {swap_name(name): swap_name(item.tensor.name) for name, item in moves.items()},
-                {name: swap_name(item.tensor.name) for name, item in _recompute.chain_reads(items, trial).items()})
+                {name: swap_name(item.tensor.name) for name, item in reads.items()})
 
         self.recomputed = set(_recompute.hybrid_chains(chains, transient_peak))
         self.state, self.swap_only_peak_bytes = ("on" if self.recomputed else "off"), swap_only_peak_bytes

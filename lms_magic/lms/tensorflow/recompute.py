@@ -165,9 +165,11 @@ def gate_moves(items, chains: dict[str, Recompute], ops_of_step) -> dict[str, ob
     return moves
 
 
-def chain_reads(items, chains: dict[str, Recompute]) -> dict[str, object]:
+def chain_reads(items, chains: dict[str, Recompute], ops_of_step) -> dict[str, object]:
     """The tensors on the device (not moved, not variables) that the clones of ``chains`` read: tensor name ->
-    the item of the chain that reads it first in the backward pass (until whose gate it lives at least)."""
+    the item of the chain that reads it last in the backward pass (until whose first reader it lives at
+    least). The chains read only tensors the backward pass holds there anyway: this is the check."""
+    order = {op: index for index, op in enumerate(ops_of_step)}
     moved = {item.tensor.ref() for item in items}
     reads: dict[str, object] = {}
     for recompute in chains.values():
@@ -176,7 +178,9 @@ def chain_reads(items, chains: dict[str, Recompute]) -> dict[str, object]:
             for tensor in op.inputs:
                 if tensor.ref() in moved or tensor.ref() in made or tensor.op.type in ("ReadVariableOp", "Const"):
                     continue
-                reads.setdefault(tensor.name, recompute.item)
+                current = reads.get(tensor.name)
+                if current is None or order[recompute.item.trigger] > order[current.trigger]:
+                    reads[tensor.name] = recompute.item
     return reads
 
 

@@ -87,6 +87,21 @@ def test_the_summary_line_says_what_is_recomputed_and_what_swapped(devices):
     assert f"recomputing {stats.recomputed_tensors} (" in line and f"and swapping {stats.swapped_tensors} (" in line
 
 
+def test_the_choice_keeps_every_chain_when_together_they_do_not_raise_the_peak_else_each_that_does_not():
+    """hybrid_chains with a stand-in prediction: chain "b" alone raises the peak; "a" and "c" do not."""
+    from lms_magic.lms.tensorflow.recompute import hybrid_chains
+
+    calls = []
+
+    def transient_peak(chains):
+        calls.append(sorted(chains))
+        return 100 + 10 * ("b" in chains)
+
+    assert sorted(hybrid_chains({"a": 1, "b": 2, "c": 3}, transient_peak)) == ["a", "c"]
+    assert calls == [[], ["a", "b", "c"], ["a"], ["a", "b"], ["a", "c"]]
+    assert sorted(hybrid_chains({"a": 1, "c": 3}, lambda chains: 100)) == ["a", "c"]
+
+
 @pytest.mark.parametrize("value", [1, "yes", None, "on"])
 def test_recompute_takes_false_true_or_only(value):
     from lms_magic.lms.options import OptionError

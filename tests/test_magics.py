@@ -276,8 +276,13 @@ def test_recompute_on_says_what_it_recomputed_and_what_it_swapped(fit_shell):
     result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --recompute on --min-bytes 0\n"
                                 "residual.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)").result
     headline = result.headline()
-    assert "recomputed on the device" in headline and "swapped" in headline, headline
-    assert "final loss identical" in headline
+    stats = next(v.lms_stats for v in result.variants if v.lms_stats)
+    assert f"{stats['swapped_tensors']} tensors swapped" in headline and "final loss identical" in headline
+    if stats["recomputed_tensors"]:  # TensorFlow 2.21 here
+        assert f"{stats['recomputed_tensors']} tensors recomputed on the device" in headline, headline
+    else:  # TensorFlow 2.17 (make test-oldest): the recomputes' step came out above swaps alone, which took over
+        assert "recomputed" not in headline
+        assert any("swaps alone from the next step" in note for note in stats["notes"]), stats["notes"]
 
 
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),

@@ -193,13 +193,13 @@ class TensorFlowBackend:
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
             self._probing = True
         if self.stats.records is not None:
-            self._insert(graph, ops, chosen_items, step.batch_size, candidates)  # a retrace: stats from the first
+            self._insert(graph, ops, chosen_items, candidates)  # a retrace: same rule, stats from the first
             return
         batch = step.batch_size
         persistent = self._persistent_bytes()
         without = step.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
         with_swaps = None if self.recompute == "only" else step.replay(chosen_items, explain=True)
-        records = self._insert(graph, ops, chosen_items, batch, candidates)
+        records = self._insert(graph, ops, chosen_items, candidates)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
@@ -228,7 +228,7 @@ class TensorFlowBackend:
         return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
             plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
 
-    def _insert(self, graph, ops, items, batch: int | None, candidates) -> list:
+    def _insert(self, graph, ops, items, candidates) -> list:
         """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``candidates``: all of its
         candidates): swapped, recomputed (recompute="only": those that can be), or as the hybrid plan says."""
         if self.recompute == "only":
@@ -290,7 +290,7 @@ class TensorFlowBackend:
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
             return False
-        records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], batch, candidates)
+        records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], candidates)
         if self._retraces:
             self._record(records)
         return True

@@ -232,7 +232,6 @@ class ExecutedStep:
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
         self._host_ops: dict[str, str] = {}  # that swap name -> the host swap-in op (gated on the trigger)
         self._origin: dict[str, tuple[str, int]] = {}  # that _Recv -> the executed tensor it brings back
-        self._in_step: dict[str, str] | None = None  # an op's name in the step -> its executed node's
         for recv, (host_op, origin) in swap_ins(partitions, suffix).items():
             tensor = swapped_tensor_name(host_op)
             if tensor is not None:
@@ -263,8 +262,7 @@ class ExecutedStep:
         names, as a clone runs (so it lives until there at least), where the executed graphs hold both."""
         if not reads:
             return nodes
-        if self._in_step is None:
-            self._in_step = {op_name_in_step(node.name): node.name for node in self.nodes}
+        in_step = {op_name_in_step(node.name): node.name for node in nodes}  # an op's name in the step -> its node's
         by_name = {node.name: node for node in nodes}
         first_read: dict[str, float] = {}
         for node in nodes:
@@ -273,7 +271,7 @@ class ExecutedStep:
         readers = []
         for index, (tensor, other) in enumerate(reads.items()):
             op_name, _, output = tensor.rpartition(":")
-            source, recv = self._in_step.get(op_name), self._swap_ins.get(other, "")
+            source, recv = in_step.get(op_name), self._swap_ins.get(other, "")
             if source in by_name and recv in by_name:
                 readers.append(Node(f"lms_read_again/{index}", (), ((source, int(output)),), (recv,), True, None,
                                     first_read.get(recv, by_name[recv].priority) - 0.001))

@@ -303,7 +303,7 @@ class TensorFlowBackend:
         if not partitions or not self.stats.active:
             return Action.KEEP
         self.stats.partition_graphs = partitions
-        if self.recompute == "only":  # the traced graph's figures stand (0.95 of the measured on DenseNet121)
+        if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/lms.md)
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(self._why_nothing(self._plan))
             return Action.KEEP

@@ -178,7 +178,7 @@ class TensorFlowBackend:
     def _rewrite(self, graph, start: int, data) -> None:
         started = time.perf_counter()
         ops = graph.get_operations()[start:]
-        if self._retrace_swapped(graph, ops, data):
+        if self._retrace_swapped(graph, start, data):
             return
         try:
             candidates, notes, step, input_bytes, plan = self._traced_plan(ops, data)
@@ -276,16 +276,20 @@ class TensorFlowBackend:
         if plan.note and plan.note not in self.stats.notes:
             self.stats.notes.append(plan.note)
 
-    def _retrace_swapped(self, graph, ops, data) -> bool:
+    def _retrace_swapped(self, graph, start: int, data) -> bool:
         """A retrace at a batch size already planned: the same tensors swapped, without searching again.
 
         Keras traces the train step twice when its first trace creates variables (an optimizer's slots,
-        compiled metrics); the two traces name their ops alike, so the plan carries over by name. A retrace
-        after the executed graphs changed the plan inserts the new plan's swaps so.
+        compiled metrics); the two traces name their activations alike, so the plan carries over by name. A
+        retrace after the executed graphs changed the plan inserts the new plan's swaps so. Where the step
+        about to run is the one whose executed graphs are read next, this trace becomes ``self.step``: the
+        executed ops take their program order from it by name, and the first trace's optimizer ops (made
+        while its variables were created) are named otherwise.
         """
         batch = self._batch_size(data)
         if batch not in self._chosen:
             return False
+        ops = graph.get_operations()[start:]
         candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
@@ -293,6 +297,9 @@ class TensorFlowBackend:
         records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], candidates)
         if self._retraces:
             self._record(records)
+        if not self._run_metadata and self.step is not None:  # the executed graphs to read are this trace's
+            self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device,
+                                            self.step.input_bytes)
         return True
 
     def first_step_done(self) -> Action:

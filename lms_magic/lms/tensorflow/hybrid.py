@@ -8,7 +8,7 @@ as if every eligible candidate were swapped, so a chain stands for any plan). On
 alone: its tensor modelled as brought back at its gate, the swapped tensors its clones read brought back
 there too (``recompute.gate_moves``), the device tensors they read held until then
 (``recompute.chain_reads``). The step after runs the chosen recomputes; where its own executed graphs
-predict a peak more than 0.01% above what swaps alone did, the fit goes back to swaps alone.
+predict a peak more than 0.1% above what swaps alone did, the fit goes back to swaps alone.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from __future__ import annotations
 from . import recompute as _recompute
 
 # Two executed graphs' predictions differ by a few hundred bytes where TensorFlow gives no size for a node (it is
-# sized by a guess): the hybrid plan's step may be that much above swaps alone (0.01%), not more.
-PEAK_TOLERANCE = 1e-4
+# sized by a guess), and by the small tensors (below min_bytes: per-channel statistics) that each step's own
+# program order keeps a little longer or shorter: 1364 bytes of 6.3 MiB (0.02%) on the tests' residual model once
+# each step was ordered by its own trace. The hybrid plan's step may be that much above swaps alone (0.1%), not more.
+PEAK_TOLERANCE = 1e-3
 from .graph import swap_name
 from .rewrite import insert_swaps
 

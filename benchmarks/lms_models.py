@@ -19,10 +19,14 @@ step; `LMS` then checks it on the executed graphs):
     without LMS and with the default plan, their ratio, and the predicted step
     ratio of the capacity plan at LMS's largest batch.
 
-    python benchmarks/lms_models.py --models ResNet50,DenseNet121 --largest
+  - with --lean-ops, all of it with LMS(lean_ops=True)'s BatchNormalization
+    gradient (lms/tensorflow/lean.py) in both columns.
+
+    python benchmarks/lms_models.py --models ResNet50,DenseNet121 --largest [--lean-ops]
 """
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -34,6 +38,7 @@ import numpy as np  # noqa: E402
 from lms_magic.lms.core.costs import StepCost  # noqa: E402
 from lms_magic.lms.core.plan import Selection  # noqa: E402
 from lms_magic.lms.tensorflow.compute import step_flops  # noqa: E402
+from lms_magic.lms.tensorflow.lean import LeanOps  # noqa: E402
 from lms_magic.lms.tensorflow.predictor import StepPredictor  # noqa: E402
 from lms_magic.lms.tensorflow.probe import largest_batch  # noqa: E402
 
@@ -57,6 +62,7 @@ def main():
     parser.add_argument("--memory-gib", type=float, default=16)
     parser.add_argument("--device-tflops", type=float, default=7.3)
     parser.add_argument("--link-gbps", type=float, default=54.8)
+    parser.add_argument("--lean-ops", action="store_true", help="BatchNormalization's lean gradient (lean_ops=True)")
     args = parser.parse_args()
     memory = int(args.memory_gib * GIB)
 
@@ -68,8 +74,7 @@ def main():
                 f"{planned.peak_bytes / GIB:.2f} GiB, predicted_step_ratio {cost.ratio(planned.swapped_bytes_per_step):.2f} "
                 f"({flops / 1e9:.0f} GFLOP a step)")
 
-    for name in args.models.split(","):
-        model = build(name, args.size)
+    def measure(model, name):
         sample = (np.zeros((1, args.size, args.size, 3), "float32"), np.zeros((1,), "int64"))
         predictor = StepPredictor(model, sample, Selection())  # LMS's defaults: min_bytes 64 KiB
         predictor.trace(args.batch)
@@ -77,7 +82,8 @@ def main():
         planned = predictor.predict(None, 1, args.batch)
         planning_s = time.perf_counter() - started
         everything = predictor.predict(-1, 1, args.batch)
-        print(f"{name} {args.size}x{args.size} batch {args.batch}: predicted peak {planned.peak_bytes_without_lms / GIB:.2f}"
+        lean = " lean_ops" if args.lean_ops else ""
+        print(f"{name} {args.size}x{args.size} batch {args.batch}{lean}: predicted peak {planned.peak_bytes_without_lms / GIB:.2f}"
               f" GiB without LMS, {planned.peak_bytes / GIB:.2f} GiB with the default plan ({planned.n_tensors} of "
               f"{planned.candidates} tensors, {planned.swapped_bytes_per_step / GIB:.2f} GiB out per step), "
               f"{everything.peak_bytes / GIB:.2f} GiB with all swapped ({everything.swapped_bytes_per_step / GIB:.2f} "
@@ -88,6 +94,11 @@ def main():
             lms = largest_batch(model, sample, memory, with_lms=True, n_tensors=None, min_bytes=64 * 1024)
             print(f"  largest batch within {args.memory_gib:g} GiB by prediction: {plain} without LMS, {lms} with "
                   f"({lms / max(plain, 1):.1f}x); batch {lms} {capacity_plan(predictor, lms)}", flush=True)
+
+    for name in args.models.split(","):
+        model = build(name, args.size)
+        with LeanOps(model).applied() if args.lean_ops else contextlib.nullcontext():
+            measure(model, name)
 
 
 if __name__ == "__main__":

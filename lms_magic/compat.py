@@ -107,10 +107,15 @@ def train_step_replaced(model, train_step: Callable) -> Iterator[None]:
         model._jit_compile = saved_jit
 
 
+def layers_of(model) -> list:
+    """Every layer of ``model``, nested ones included."""
+    return list(model._flatten_layers(include_self=False, recursive=True))
+
+
 def layer_types(model) -> dict[str, str]:
     """Every layer of ``model``, nested ones included: layer name -> class name (the first of a name wins)."""
     found: dict[str, str] = {}
-    for layer in model._flatten_layers(include_self=False, recursive=True):
+    for layer in layers_of(model):
         found.setdefault(layer.name, type(layer).__name__)
     return found
 

@@ -195,6 +195,8 @@ class LmsFitResult:
             if count:  # one of the two at least: something moved
                 parts.append(f"{count} tensor{'' if count == 1 else 's'} {done} "
                              f"({format_size(stats.get(f'{action}_bytes_per_step', 0))} per step)")
+        if stats.get("lean_layers"):
+            parts.append(f"lean BatchNormalization gradient in {stats['lean_layers']} layers")
         if stats.get("predicted_step_ratio"):
             parts.append(f"predicted step time {stats['predicted_step_ratio'] - 1:+.0%}")
         budget = stats.get("budget_bytes")

@@ -181,6 +181,9 @@ class LmsFitMagics(Magics):
     @argument("--recompute", choices=("off", "on", "only"), default="off",
               help="off (swap what the plan moves), on (recompute what can be from tensors on the device, swap the "
                    "rest), only (recompute, never swap: nothing crosses the host link); TensorFlow")
+    @argument("--lean-ops", action="store_true",
+              help="compute each BatchNormalization's gradient in one piece: a lower backward-pass peak, results "
+                   "that differ at float rounding; TensorFlow")
     @argument("--compare", action="store_true",
               help="also train without LMS from the same weights, optimizer state, seed and batches")
     @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
@@ -265,11 +268,12 @@ class LmsFitMagics(Magics):
                 whole_number("steps", args.steps, 1)
             options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
                                  device=args.device, host_device=args.host_device,
-                                 recompute={"off": False, "on": True}.get(args.recompute, args.recompute))
+                                 recompute={"off": False, "on": True}.get(args.recompute, args.recompute),
+                                 lean_ops=args.lean_ops)
             check_devices(options.device, options.host_device)
         except OptionError as error:
             raise UsageError(error.for_magic()) from None
         return {"n_tensors": options.n_tensors, "lb": options.lb, "budget": options.budget_bytes,
                 "min_bytes": options.min_bytes, "device": options.device, "host_device": options.host_device,
-                "recompute": options.recompute, "verbose": 1}
+                "recompute": options.recompute, "lean_ops": options.lean_ops, "verbose": 1}
 

@@ -285,6 +285,18 @@ def test_recompute_on_says_what_it_recomputed_and_what_it_swapped(fit_shell):
         assert any("swaps alone from the next step" in note for note in stats["notes"]), stats["notes"]
 
 
+def test_lean_ops_says_which_layers_lean_and_that_the_loss_differs_at_rounding_only(fit_shell):
+    fit_shell.run_cell("from tests import models as test_models\nresidual = test_models.residual_bn_dropout()\n"
+                       "x, y = test_models.images(48, 32)")
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --lean-ops --n-tensors -1 --min-bytes 0\n"
+                                "residual.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)").result
+    stats = next(v.lms_stats for v in result.variants if v.lms_stats)
+    assert stats["lean_layers"] == 3 and stats["swapped_tensors"] > 0
+    assert "lean BatchNormalization gradient in 3 layers" in result.headline()
+    lms, plain = (next(v for v in result.variants if v.name == name) for name in ("lms", "no_lms"))
+    np.testing.assert_allclose(lms.step_losses, plain.step_losses, rtol=1e-5)
+
+
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),
                                             ("--steps 0", "--steps 0: must be a whole number >= 1"),
                                             ("--budget lots", "--budget lots: not a memory size"),

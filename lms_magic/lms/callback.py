@@ -74,6 +74,12 @@ class LMS(keras.callbacks.Callback):
             it. Training is bit-identical on some models and differs at
             float rounding on others (docs/lms.md says which). TensorFlow
             only.
+        lean_ops: True computes each BatchNormalization's gradient in one
+            piece (two full-size intermediates instead of Keras's four and
+            more) while LMS trains: a lower backward-pass peak, at the price
+            of results that differ at float rounding (docs/lms.md: measured
+            differences). Defaults to False. TensorFlow only (on PyTorch it is
+            said in ``stats.notes`` and left off).
         backend: makes the engine of each fit from ``(model, options, stats)``
             (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.
@@ -99,10 +105,11 @@ class LMS(keras.callbacks.Callback):
     def __init__(self, n_tensors: int | None = None, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
                  device: str | None = None, host_device: str | None = None, verbose: int = 1, batch_size_hint=None,
-                 backend: BackendFactory | None = None, recompute=False):
+                 backend: BackendFactory | None = None, recompute=False, lean_ops: bool = False):
         super().__init__()
         self.options = LmsOptions(n_tensors, lb, budget, min_bytes, include_layers, exclude_layers, include_types,
-                                  exclude_types, device, host_device, verbose, batch_size_hint, recompute)
+                                  exclude_types, device, host_device, verbose, batch_size_hint, recompute,
+                                  lean_ops)
         self._make_backend = backend
         self.stats = LmsStats(reason="not trained yet")
         self._backend: Backend | None = None  # while a fit with this callback runs
@@ -170,6 +177,10 @@ class LMS(keras.callbacks.Callback):
                     warnings.warn(f"LMS: {self.stats.reason}", LmsNotice, stacklevel=2)
                 return None
             from .torch.backend import TorchBackend
+
+            if options.lean_ops:
+                self.stats.notes.append("lean_ops is not available on PyTorch yet: Keras's BatchNormalization "
+                                        "computes its gradient as it is")
 
             return TorchBackend
         if options.device is None:

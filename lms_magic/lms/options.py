@@ -113,6 +113,7 @@ class LmsOptions:
     verbose: int = 1
     batch_size_hint: int | Callable[[], int] | None = None
     recompute: bool | str = False
+    lean_ops: bool = False
 
     def __post_init__(self):
         def put(name, value):
@@ -141,6 +142,9 @@ class LmsOptions:
             raise OptionError("recompute", self.recompute, "takes False (swap what the plan moves), True (recompute "
                                                            "what can be, swap the rest) or 'only' (recompute, never "
                                                            "swap)")
+        if not isinstance(self.lean_ops, bool):
+            raise OptionError("lean_ops", self.lean_ops, "takes True (BatchNormalization's gradient in one piece: "
+                                                         "less memory, results differ at float rounding) or False")
         hint = self.batch_size_hint
         if hint is not None and not callable(hint):
             whole_number("batch_size_hint", hint, 1)

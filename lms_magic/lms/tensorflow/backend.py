@@ -21,16 +21,17 @@ import time
 import tensorflow as tf
 
 from ... import compat
-from ...units import MIB, format_size
+from ...units import format_size
 from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import hybrid as _hybrid
+from . import lean as _lean
+from . import messages as _messages
 from . import predict as _predict
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
-from .graph import phase_of
 
 
 class TensorFlowBackend:
@@ -50,6 +51,11 @@ class TensorFlowBackend:
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         self.recompute = options.recompute
+        self._lean = _lean.LeanOps(model) if options.lean_ops else None
+        if self._lean is not None:
+            stats.lean_layers = len(self._lean.layers)
+            if not self._lean.layers:
+                stats.notes.append("lean_ops: the model has no Keras BatchNormalization layer: nothing to lean")
         self._hybrid = _hybrid.HybridPlan(options.selection, options.host_device) if self.recompute is True else None
         self._hint = options.batch_size
         self.step = None  # the traced step's TracedStep, after the first trace (for inspection)
@@ -69,10 +75,12 @@ class TensorFlowBackend:
     @contextlib.contextmanager
     def step_scope(self):
         """The executed graphs collected while a step's plan is checked (the first step, and the step after a
-        retrace)."""
+        retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
             if not self._run_metadata:  # TensorFlow instantiates the function in this step
                 stack.enter_context(compat.collected_function_graphs(self._run_metadata))
+            if self._lean is not None:
+                stack.enter_context(self._lean.applied())
             yield
 
     def train_step(self, original):
@@ -166,15 +174,6 @@ class TensorFlowBackend:
     def _optimizer_scope(self) -> str | None:
         return getattr(getattr(self.model, "optimizer", None), "name", None)
 
-    def _nothing_helps(self, op: str, peak_bytes: int | None) -> str:
-        """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why."""
-        phase = phase_of(op, self._optimizer_scope())
-        why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
-               "backward": "the tensors live there are read by the backward pass at that point or just after",
-               "optimizer": "the optimizer update holds the gradients and its state while the activations are gone"}
-        return (f"no swap lowers the predicted peak ({format_size(peak_bytes) if peak_bytes else '?'}, after {op} "
-                f"in the {phase} pass: {why[phase]}): nothing is swapped")
-
     def _rewrite(self, graph, start: int, data) -> None:
         started = time.perf_counter()
         ops = graph.get_operations()[start:]
@@ -218,7 +217,7 @@ class TensorFlowBackend:
         self.stats.update(peak=traced.explain(swaps, *context, with_lms),
                           peak_without_lms=step.explain([], *context, without))
         if plan.rule is Rule.LOWEST_PEAK and candidates and not plan.moved:
-            notes.append(self._nothing_helps(without.peak_after or "?", plan.peak_bytes))
+            notes.append(_messages.nothing_helps(without.peak_after or "?", plan.peak_bytes, self._optimizer_scope()))
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
 
@@ -312,7 +311,7 @@ class TensorFlowBackend:
         self.stats.partition_graphs = partitions
         if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/lms.md)
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
-                return self._step_out(self._why_nothing(self._plan))
+                return self._step_out(_messages.why_nothing(self._plan))
             return Action.KEEP
         try:
             with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
@@ -378,7 +377,7 @@ class TensorFlowBackend:
                     "step, to plan on its graphs"))
             moved = self.stats.swapped_tensors + self.stats.recomputed_tensors
             if not moved:
-                return self._step_out(self._why_nothing(plan))
+                return self._step_out(_messages.why_nothing(plan))
             if plan.rule is Rule.LOWEST_PEAK and self.stats.device_peak_bytes > plain_peak_bytes:
                 return self._step_out(f"the executed graphs predict {format_size(self.stats.device_peak_bytes)} "
                                       f"with the planned {moved} tensors moved, above "
@@ -399,7 +398,7 @@ class TensorFlowBackend:
         self._record_plan(plan)
         names = [candidate.tensor for candidate in plan.moved]
         if not names:
-            return self._step_out(self._why_nothing(plan))
+            return self._step_out(_messages.why_nothing(plan))
         if self._hybrid is not None:
             self.stats.notes.append(self._hybrid.choose(executed, names, self.candidates, plan.peak_bytes))
         if names == self._chosen[self.stats.batch_size] and (self._hybrid is None or self._hybrid.state != "on"):
@@ -420,15 +419,6 @@ class TensorFlowBackend:
         self._run_metadata = []  # the next step's executed graphs give the figures
         return Action.RETRACE
 
-    @staticmethod
-    def _why_nothing(plan: Plan) -> str:
-        if plan.rule is Rule.FITS_DEVICE:
-            return (f"the step fits the device ({format_size(plan.peak_bytes)} predicted, within "
-                    f"{format_size(plan.budget_bytes)})")
-        if plan.rule is Rule.BUDGET:
-            return "the step fits the budget without swaps"
-        return "no swap lowers the peak the executed graphs predict"
-
     def _step_out(self, why: str) -> Action:
         """Nothing moves from the next step on: the model trains with its own train function."""
         stats = self.stats
@@ -436,32 +426,12 @@ class TensorFlowBackend:
         stats.notes.append(f"{why}: nothing moves from the second step on, and the model trains with its own train "
                            "function (with XLA where it was compiled so)")
         stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
-                     plan=[], records=[],
+                     lean_layers=0, plan=[], records=[],
                      device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
         return Action.STEP_OUT
 
     def summary_line(self) -> str:
-        stats = self.stats
-        moved = stats.recomputed_tensors + stats.swapped_tensors
-        rule = f"first {moved}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
-        recomputed = f"{stats.recomputed_bytes_per_step / MIB:.1f} MiB per step"
-        swapped = f"{stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb}"
-        if self.recompute == "only":
-            what = (f"recomputing {stats.recomputed_tensors} of {stats.candidates} tensors ({recomputed}; "
-                    f"plan: {rule}), nothing to the host")
-        elif stats.recomputed_tensors:
-            what = (f"recomputing {stats.recomputed_tensors} ({recomputed}) and swapping {stats.swapped_tensors} "
-                    f"({swapped}) of {stats.candidates} tensors (plan: {rule}) to {self.host_device}")
-        else:
-            what = f"swapping {stats.swapped_tensors} of {stats.candidates} tensors ({swapped}; plan: {rule}) to " \
-                   f"{self.host_device}"
-        ratio = stats.predicted_step_ratio if self.recompute != "only" else None
-        return (f"LMS: {what}; "
-                f"predicted {self.device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
-                f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
-                + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")
-                + (" (transfers only: the recomputes' own time is not counted)" if ratio and stats.recomputed_tensors
-                   else ""))
+        return _messages.summary_line(self.stats, self.recompute, self.lb, self.device, self.host_device)
 
     def close(self) -> None:
         """Nothing to release: the swaps live in the LMS train function, which the callback drops."""

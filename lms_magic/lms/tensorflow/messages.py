@@ -1,0 +1,61 @@
+"""What the TensorFlow backend tells the user: its summary line and the notes on a plan that moves nothing.
+
+Pure formatting of the fit's :class:`~lms_magic.lms.core.stats.LmsStats` and the plan (no TensorFlow import).
+"""
+
+from __future__ import annotations
+
+from ...units import MIB, format_size
+from ..core.plan import Plan, Rule
+from ..core.stats import LmsStats
+from .graph import phase_of
+
+
+def nothing_helps(op: str, peak_bytes: int | None, optimizer_scope: str | None) -> str:
+    """The note when no plan predicts a lower peak than swapping nothing: where the peak is, and why.
+
+    Example:
+        >>> nothing_helps("adam/Sqrt_3", 2**20, "adam")
+        'no swap lowers the predicted peak (1.0 MiB, after adam/Sqrt_3 in the optimizer pass: the optimizer update holds the gradients and its state while the activations are gone): nothing is swapped'
+    """
+    phase = phase_of(op, optimizer_scope)
+    why = {"forward": "the forward pass has not yet produced the tensors a swap would free",
+           "backward": "the tensors live there are read by the backward pass at that point or just after",
+           "optimizer": "the optimizer update holds the gradients and its state while the activations are gone"}
+    return (f"no swap lowers the predicted peak ({format_size(peak_bytes) if peak_bytes else '?'}, after {op} "
+            f"in the {phase} pass: {why[phase]}): nothing is swapped")
+
+
+def why_nothing(plan: Plan) -> str:
+    """Why a plan made on the executed graphs moves nothing (the start of the step-out note)."""
+    if plan.rule is Rule.FITS_DEVICE:
+        return (f"the step fits the device ({format_size(plan.peak_bytes)} predicted, within "
+                f"{format_size(plan.budget_bytes)})")
+    if plan.rule is Rule.BUDGET:
+        return "the step fits the budget without swaps"
+    return "no swap lowers the peak the executed graphs predict"
+
+
+def summary_line(stats: LmsStats, recompute, lb: int, device: str, host_device: str) -> str:
+    """The one line LMS prints once its plan is made: what moves, the predicted peaks, the predicted step time."""
+    moved = stats.recomputed_tensors + stats.swapped_tensors
+    rule = f"first {moved}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
+    recomputed = f"{stats.recomputed_bytes_per_step / MIB:.1f} MiB per step"
+    swapped = f"{stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={lb}"
+    if recompute == "only":
+        what = (f"recomputing {stats.recomputed_tensors} of {stats.candidates} tensors ({recomputed}; "
+                f"plan: {rule}), nothing to the host")
+    elif stats.recomputed_tensors:
+        what = (f"recomputing {stats.recomputed_tensors} ({recomputed}) and swapping {stats.swapped_tensors} "
+                f"({swapped}) of {stats.candidates} tensors (plan: {rule}) to {host_device}")
+    else:
+        what = f"swapping {stats.swapped_tensors} of {stats.candidates} tensors ({swapped}; plan: {rule}) to " \
+               f"{host_device}"
+    ratio = stats.predicted_step_ratio if recompute != "only" else None
+    return (f"LMS: {what}; "
+            f"predicted {device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
+            f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
+            + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")
+            + (" (transfers only: the recomputes' own time is not counted)" if ratio and stats.recomputed_tensors
+               else "")
+            + (f"; lean BatchNormalization gradient in {stats.lean_layers} layers" if stats.lean_layers else ""))

@@ -52,13 +52,13 @@ def lean_batch_norm(x, mean, variance, gamma, beta, axis: int, epsilon: float):
     axes = [a for a in range(rank) if a != axis]
     broadcast = [1] * rank
     broadcast[axis] = -1
-    params = [p for p in (gamma, beta) if p is not None]
+    given = {name: value for name, value in (("gamma", gamma), ("beta", beta)) if value is not None}
     scope = tf.compat.v1.get_default_graph().get_name_scope() if not tf.executing_eagerly() else ""
     mean, variance = tf.stop_gradient(mean), tf.stop_gradient(variance)
 
     @tf.custom_gradient
     def normalized(x, *params):
-        by_name = dict(zip([n for n, p in (("gamma", gamma), ("beta", beta)) if p is not None], params))
+        by_name = dict(zip(given, params))  # the tensors the gradient is taken for, by name
         y = keras.ops.batch_normalization(x, mean, variance, axis, offset=by_name.get("beta"),
                                           scale=by_name.get("gamma"), epsilon=epsilon)
 
@@ -81,12 +81,12 @@ def lean_batch_norm(x, mean, variance, gamma, beta, axis: int, epsilon: float):
 
         return y, gradient
 
-    return normalized(x, *params)
+    return normalized(x, *given.values())
 
 
 def _lean_call(layer):
-    """``layer.call`` (a Keras ``BatchNormalization``) with the lean gradient in training; Keras's own call where it does something else (inference, a mask, renorm, synchronized statistics, not
-    trainable, eager)."""
+    """``layer.call`` (a Keras ``BatchNormalization``) with the lean gradient in training; Keras's own call
+    where it does something else (inference, a mask, renorm, synchronized statistics, not trainable, eager)."""
     plain = type(layer).call.__get__(layer)
 
     def call(inputs, training=None, mask=None):

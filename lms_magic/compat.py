@@ -176,6 +176,13 @@ def add_control_input(op, trigger) -> None:
     op._add_control_input(trigger)
 
 
+def remove_control_input(op, trigger) -> None:
+    """``op`` no longer waits for ``trigger`` (its other control inputs stay)."""
+    kept = [control for control in op.control_inputs if control is not trigger]
+    op._remove_all_control_inputs()
+    op._add_control_inputs(kept)
+
+
 def replace_input(op, index: int, tensor) -> None:
     """``op``'s input ``index`` becomes ``tensor``."""
     op._update_input(index, tensor)

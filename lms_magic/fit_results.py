@@ -197,6 +197,8 @@ class LmsFitResult:
                              f"({format_size(stats.get(f'{action}_bytes_per_step', 0))} per step)")
         if stats.get("lean_layers"):
             parts.append(f"lean BatchNormalization gradient in {stats['lean_layers']} layers")
+        if stats.get("ordered_layers"):
+            parts.append(f"backward pass one layer at a time ({stats['ordered_layers']} layers)")
         if stats.get("predicted_step_ratio"):
             parts.append(f"predicted step time {stats['predicted_step_ratio'] - 1:+.0%}")
         budget = stats.get("budget_bytes")

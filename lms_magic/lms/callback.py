@@ -80,6 +80,13 @@ class LMS(keras.callbacks.Callback):
             of results that differ at float rounding (docs/lms.md: measured
             differences). Defaults to False. TensorFlow only (on PyTorch it is
             said in ``stats.notes`` and left off).
+        order_backward: True (the default) runs the backward pass one
+            layer's gradient at a time, a branch finished before its sibling
+            starts, where the replay predicts a lower peak so (a residual
+            block's two BatchNormalization gradients no longer side by side):
+            control edges only, every value bit-identical.
+            ``stats.ordered_layers`` counts the layers so ordered. False
+            leaves the order to TensorFlow. TensorFlow only.
         backend: makes the engine of each fit from ``(model, options, stats)``
             (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.
@@ -105,11 +112,12 @@ class LMS(keras.callbacks.Callback):
     def __init__(self, n_tensors: int | None = None, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
                  device: str | None = None, host_device: str | None = None, verbose: int = 1, batch_size_hint=None,
-                 backend: BackendFactory | None = None, recompute=False, lean_ops: bool = False):
+                 backend: BackendFactory | None = None, recompute=False, lean_ops: bool = False,
+                 order_backward: bool = True):
         super().__init__()
         self.options = LmsOptions(n_tensors, lb, budget, min_bytes, include_layers, exclude_layers, include_types,
                                   exclude_types, device, host_device, verbose, batch_size_hint, recompute,
-                                  lean_ops)
+                                  lean_ops, order_backward)
         self._make_backend = backend
         self.stats = LmsStats(reason="not trained yet")
         self._backend: Backend | None = None  # while a fit with this callback runs

@@ -114,6 +114,7 @@ class LmsOptions:
     batch_size_hint: int | Callable[[], int] | None = None
     recompute: bool | str = False
     lean_ops: bool = False
+    order_backward: bool = True
 
     def __post_init__(self):
         def put(name, value):
@@ -145,6 +146,10 @@ class LmsOptions:
         if not isinstance(self.lean_ops, bool):
             raise OptionError("lean_ops", self.lean_ops, "takes True (BatchNormalization's gradient in one piece: "
                                                          "less memory, results differ at float rounding) or False")
+        if not isinstance(self.order_backward, bool):
+            raise OptionError("order_backward", self.order_backward, "takes True (the backward pass one layer's "
+                                                                     "gradient at a time where that lowers the "
+                                                                     "predicted peak) or False")
         hint = self.batch_size_hint
         if hint is not None and not callable(hint):
             whole_number("batch_size_hint", hint, 1)

@@ -20,6 +20,7 @@ from lms_magic.lms.options import LmsOptions, OptionError, device_name
     ({"include_layers": 3}, "include_layers=3: takes a layer name or a list of them"),
     ({"exclude_types": ["Dense", 7]}, r"exclude_types=\['Dense', 7\]: takes names \(strings\) or layer classes, not 7"),
     ({"batch_size_hint": 0}, "batch_size_hint=0: must be a whole number >= 1"),
+    ({"order_backward": "yes"}, r"order_backward='yes': takes True \(the backward pass one layer's gradient"),
 ])
 def test_a_bad_value_is_refused_when_the_callback_is_made(options, words):
     with pytest.raises(OptionError, match=words) as raised:

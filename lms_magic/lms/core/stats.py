@@ -46,6 +46,7 @@ class LmsStats:
     recomputed_tensors: int = 0  # dropped after the forward pass and computed again on the device (recompute=...)
     recomputed_bytes_per_step: int = 0  # their bytes: nothing of them crosses the host link
     lean_layers: int = 0  # layers whose gradient lean_ops computes in one piece (TensorFlow's BatchNormalization)
+    ordered_layers: int = 0  # layers whose gradients run one at a time (order_backward; TensorFlow)
     device_peak_bytes: int | None = None  # with LMS; predicted or measured, as peak_source says
     device_peak_bytes_without_lms: int | None = None  # predicted (TensorFlow); None where not known
     peak_source: Literal["predicted", "measured"] | None = None

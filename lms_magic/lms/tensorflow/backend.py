@@ -27,8 +27,10 @@ from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import hybrid as _hybrid
+from . import compute as _compute
 from . import lean as _lean
 from . import messages as _messages
+from . import ordering as _ordering
 from . import predict as _predict
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
@@ -51,6 +53,8 @@ class TensorFlowBackend:
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         self.recompute = options.recompute
+        self.order_backward = options.order_backward
+        self._ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
@@ -114,7 +118,7 @@ class TensorFlowBackend:
                                       data)
         probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
         try:
-            self._traced_plan(probe.get_operations(), data)
+            self._traced_plan(probe.get_operations(), data, graph=probe)
         except BudgetError as error:
             raise BudgetError(f"LMS: {error}") from None
 
@@ -140,12 +144,19 @@ class TensorFlowBackend:
                           self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
                           self._cost)
 
-    def _traced_plan(self, ops, data, budget: bool = True):
-        """Finds the candidates of a traced step and makes the first plan, on the traced graph."""
+    def _traced_plan(self, ops, data, graph=None, budget_fallback: bool = False):
+        """Finds the candidates of a traced step (ops of ``graph`` from ``ops[0]`` on: its backward pass ordered
+        where that lowers the predicted peak) and makes the first plan, on the traced graph (``budget_fallback``:
+        where the budget is out of reach, the lowest peak with a note). Returns the candidates, notes, the step
+        planned on, its input bytes, the plan and the step as Keras traced it."""
         batch = self._batch_size(data)
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
+        step = plain = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
+        if graph is not None and batch is not None and self.order_backward:
+            step, candidates = self._order_backward(graph, ops, step, candidates)
         if self.recompute == "only":
-            recomputable = _recompute.plan_recomputes(candidates, ops)
+            recomputable = _recompute.plan_recomputes(candidates, step.ops)
             notes.append(f"recompute='only': {len(recomputable)} of {len(candidates)} candidates can be computed "
                          "again from tensors the backward pass holds; the others stay on the device")
             candidates = [item for item in candidates if item.tensor.name in recomputable]
@@ -156,12 +167,33 @@ class TensorFlowBackend:
             notes.append(f"TensorFlow traces this data with an unknown batch size (a last batch smaller than the "
                          f"others, a generator, tf.data without drop_remainder): LMS planned for batches of {batch} "
                          f"({self.stats.batch_size_source})")
-        input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-        step = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
         started = time.perf_counter()
-        plan = self._search(candidates, step.predicted_transient_peak, budget)
+        try:
+            plan = self._search(candidates, step.predicted_transient_peak)
+        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
+            if not budget_fallback:
+                raise
+            plan = self._search(candidates, step.predicted_transient_peak, budget=False)
+            notes.append("the budget is not reachable for one batch shape: the plan with the lowest "
+                         "predicted peak is used there")
         self.stats.update(planning_s=time.perf_counter() - started)
-        return candidates, notes, step, input_bytes, plan
+        return candidates, notes, step, input_bytes, plan, plain
+
+    def _order_backward(self, graph, ops, step, candidates):
+        """The step and candidates with the backward pass one layer's gradient at a time (ordering.py), where
+        that lowers the predicted peak with every eligible candidate swapped; else as they are."""
+        step.nodes()  # read before the order changes the ops' control inputs
+        attempt = _ordering.ordered_step(graph, len(graph.get_operations()) - len(ops), step, self._layer_of,
+                                         self.lb, self.host_device)
+        ordered = attempt is not None and _ordering.lowers_the_peak(self.selection, (step, candidates), attempt)
+        self._ordered[step.batch_size] = ordered
+        if self.stats.records is None:  # the stats are the first trace's
+            self.stats.ordered_layers = len(attempt.ordered.groups) if ordered else 0
+        if not ordered:
+            if attempt is not None:
+                attempt.remove()
+            return step, candidates
+        return attempt.step, attempt.candidates
 
     def _persistent(self):
         if self._persistent_tensors is None:
@@ -179,12 +211,8 @@ class TensorFlowBackend:
         ops = graph.get_operations()[start:]
         if self._retrace_swapped(graph, start, data):
             return
-        try:
-            candidates, notes, step, input_bytes, plan = self._traced_plan(ops, data)
-        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
-            candidates, notes, step, input_bytes, plan = self._traced_plan(ops, data, budget=False)
-            notes.append("the budget is not reachable for one batch shape: the plan with the lowest "
-                         "predicted peak is used there")
+        candidates, notes, step, input_bytes, plan, plain = self._traced_plan(ops, data, graph=graph,
+                                                                              budget_fallback=True)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
         if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
@@ -196,7 +224,8 @@ class TensorFlowBackend:
             return
         batch = step.batch_size
         persistent = self._persistent_bytes()
-        without = step.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
+        ops = step.ops  # with the backward order's joins, where it is ordered
+        without = plain.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
         with_swaps = None if self.recompute == "only" else step.replay(chosen_items, explain=True)
         records = self._insert(graph, ops, chosen_items, candidates)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
@@ -215,7 +244,7 @@ class TensorFlowBackend:
         self._record_plan(plan)
         context = self._persistent(), self._layer_of, self._optimizer_scope()
         self.stats.update(peak=traced.explain(swaps, *context, with_lms),
-                          peak_without_lms=step.explain([], *context, without))
+                          peak_without_lms=plain.explain([], *context, without))
         if plan.rule is Rule.LOWEST_PEAK and candidates and not plan.moved:
             notes.append(_messages.nothing_helps(without.peak_after or "?", plan.peak_bytes, self._optimizer_scope()))
         self.stats.notes += notes
@@ -289,9 +318,16 @@ class TensorFlowBackend:
         if batch not in self._chosen:
             return False
         ops = graph.get_operations()[start:]
-        candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        attempt = _ordering.ordered_step(graph, start, _predict.TracedStep(ops, batch, self.host_device),
+                                         self._layer_of, self.lb, self.host_device) if self._ordered.get(batch) else None
+        if attempt is not None:  # ordered as the first trace was
+            ops, candidates = attempt.ops, attempt.candidates
+        else:
+            candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
+            if attempt is not None:
+                attempt.remove()
             return False
         records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], candidates)
         if self._retraces:
@@ -345,24 +381,12 @@ class TensorFlowBackend:
         return action
 
     def _step_cost(self):
-        """The step's :class:`~lms_magic.lms.core.costs.StepCost`: its compute estimated from its matrix FLOPs
-        (a lower bound, so the ratio is an upper one) and the host link's bandwidth (measured where a GPU is,
-        else a stated default); None where it cannot be made."""
-        from ...memory.bandwidth import host_link_bandwidth
-        from ..core.costs import StepCost
-        from .compute import device_flops_per_s, step_flops
-
+        """The step's StepCost (compute.step_cost); None, with a note where it failed, where it cannot be made."""
         try:
-            flops, rate = step_flops(self.step.ops, self.stats.batch_size), device_flops_per_s(self.device)
-            link = host_link_bandwidth()
+            return _compute.step_cost(self.step.ops, self.stats.batch_size, self.device)
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
             return None
-        if not flops:
-            return None
-        return StepCost(flops / rate, f"estimated: the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix "
-                                      f"products at the device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); "
-                                      f"link: {link.source}", link.device_to_host, link.host_to_device)
 
     def _plan_on_executed(self, partitions, plain_peak_bytes: int) -> Action:
         """After a probe (every eligible candidate swapped): the rule's plan, predicted on the executed graphs
@@ -426,7 +450,7 @@ class TensorFlowBackend:
         stats.notes.append(f"{why}: nothing moves from the second step on, and the model trains with its own train "
                            "function (with XLA where it was compiled so)")
         stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
-                     lean_layers=0, plan=[], records=[],
+                     lean_layers=0, ordered_layers=0, plan=[], records=[],
                      device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
         return Action.STEP_OUT
 

@@ -80,3 +80,19 @@ def device_flops_per_s(device: str, size: int = 1024, repeats: int = 3) -> float
             tf.linalg.matmul(a, b)[0, 0].numpy()
             times.append(time.perf_counter() - started)
     return 2 * size**3 / sorted(times)[len(times) // 2]
+
+
+def step_cost(ops, batch_size: int | None, device: str):
+    """A step's :class:`~lms_magic.lms.core.costs.StepCost`: its compute estimated from the matrix FLOPs of its
+    ``ops`` (a lower bound, so the ratio is an upper one) and the host link's bandwidth (measured where a GPU
+    is, else a stated default); None where the step has no matrix FLOPs."""
+    from ...memory.bandwidth import host_link_bandwidth
+    from ..core.costs import StepCost
+
+    flops, rate = step_flops(ops, batch_size), device_flops_per_s(device)
+    link = host_link_bandwidth()
+    if not flops:
+        return None
+    return StepCost(flops / rate, f"estimated: the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix "
+                                  f"products at the device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); "
+                                  f"link: {link.source}", link.device_to_host, link.host_to_device)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from ..core.order import JOIN_SCOPE
+
 # Ops that read a tensor's shape, not its buffer: they neither keep it alive nor need it swapped in.
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
@@ -26,6 +28,12 @@ FORWARDING_OPS = frozenset({
 # Ops whose output 0 is their input 0's buffer (TensorFlow forwards it); IdentityN: output i is input i's.
 ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
                           "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
+
+# Backward ops that oneDNN's graph rewrite fuses with a neighbour only where neither has a control input
+# (Conv2DBackpropFilter + BiasAddGrad -> _MklNativeConv2DBackpropFilterWithBias, MatMul + BiasAddGrad ->
+# _MklFusedMatMulGrad); fused, the bias gradient is summed in another order. The backward order puts no
+# control edge on them (ordering.py).
+FUSED_IN_BACKWARD = frozenset({"BiasAddGrad", "Conv2DBackpropFilter", "MatMul", "BatchMatMulV2"})
 
 # The op types of LMS's swap ops (rewrite.py: EnsureShape out, Snapshot in), and their name scopes.
 SWAP_OPS = frozenset({"EnsureShape", "Snapshot"})
@@ -139,6 +147,29 @@ def is_swap_op(op_name: str) -> bool:
         (True, False)
     """
     return any(scope in (SWAP_OUT_SCOPE, SWAP_IN_SCOPE) for scope in op_name.split("/"))
+
+
+_GRADIENT_SUM = re.compile(r"^(replica_\d+/)?AddN(_\d+)?$")
+
+
+def is_gradient_sum(op_name: str) -> bool:
+    """Whether a traced op is one of the gradient tape's sums of a tensor's partial gradients (unscoped ``AddN``).
+
+    Example:
+        >>> [is_gradient_sum(n) for n in ("AddN_113", "replica_1/AddN", "gradient_tape/model/add/AddN")]
+        [True, True, False]
+    """
+    return bool(_GRADIENT_SUM.match(op_name))
+
+
+def is_join(op_name: str) -> bool:
+    """Whether an op (traced or executed) is one of the backward order's joins (core/order.py).
+
+    Example:
+        >>> is_join("lms_order/conv2_block1_0_bn"), is_join("StatefulPartitionedCall/lms_order/x"), is_join("x/y")
+        (True, True, False)
+    """
+    return op_name_in_step(op_name).split("/")[0] == JOIN_SCOPE
 
 
 def is_recompute_op(op_name: str) -> bool:

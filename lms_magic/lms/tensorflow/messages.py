@@ -58,4 +58,5 @@ def summary_line(stats: LmsStats, recompute, lb: int, device: str, host_device: 
             + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")
             + (" (transfers only: the recomputes' own time is not counted)" if ratio and stats.recomputed_tensors
                else "")
-            + (f"; lean BatchNormalization gradient in {stats.lean_layers} layers" if stats.lean_layers else ""))
+            + (f"; lean BatchNormalization gradient in {stats.lean_layers} layers" if stats.lean_layers else "")
+            + (f"; backward pass one layer at a time ({stats.ordered_layers} layers)" if stats.ordered_layers else ""))

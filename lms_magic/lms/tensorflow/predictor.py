@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from ..core.plan import Selection, plan_swaps
 from ..options import compiled_model, whole_number
+from . import ordering
 from .predict import TracedStep, persistent_tensors
 from .rewrite import find_candidates, layer_resolver
 
@@ -56,6 +57,8 @@ class StepPredictor:
         selection: the static filters (``min_bytes``, layers); its
             ``n_tensors`` is ignored. Defaults to all sizes, all layers.
         host_device: where swapped tensors wait. Defaults to "/CPU:0".
+        order_backward: the backward pass one layer at a time where that lowers the peak with every
+            eligible candidate swapped, as ``LMS(order_backward=True)`` decides it (at lb=1). Defaults to True.
 
     Raises:
         ValueError: the model is not compiled, or the sample has no batch.
@@ -71,7 +74,8 @@ class StepPredictor:
         True
     """
 
-    def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0"):
+    def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0",
+                 order_backward: bool = True):
         compiled_model(model)
         self.selection = selection or Selection()
         self.host_device = host_device
@@ -80,7 +84,10 @@ class StepPredictor:
         self._layer_of = layer_resolver(model)
         self._persistent = persistent_tensors(model)
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
-        self._steps: dict[int, TracedStep] = {}
+        self.order_backward = order_backward
+        self._steps: dict[int, TracedStep] = {}  # the step LMS plans on (ordered where that is lower)
+        self._plain: dict[int, TracedStep] = {}  # the step as Keras traces it (the "without LMS" figures)
+        self._orders: dict[int, tuple] = {}  # batch size -> find_candidates' order, where ordered
         self._candidates: dict[tuple[int, int], list] = {}
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
 
@@ -92,7 +99,17 @@ class StepPredictor:
             graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
             self.trace_s = time.perf_counter() - started
             input_bytes = [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
-            self._steps[batch_size] = TracedStep(graph.get_operations(), batch_size, self.host_device, input_bytes)
+            plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,
+                                                                                   self.host_device, input_bytes)
+            if self.order_backward:
+                plain.nodes()  # read before the order changes the ops' control inputs
+                unordered, _ = find_candidates(plain.ops, self._layer_of, 1, batch_size)
+                attempt = ordering.ordered_step(graph, 0, plain, self._layer_of, 1, self.host_device)
+                if attempt is not None and ordering.lowers_the_peak(self.selection, (plain, unordered), attempt):
+                    self._steps[batch_size] = attempt.step
+                    self._orders[batch_size] = (ordering.rank_of(attempt.step), attempt.ordered)
+                elif attempt is not None:
+                    attempt.remove()
         return self._steps[batch_size]
 
     def candidates(self, lb: int, batch_size: int) -> list:
@@ -101,7 +118,8 @@ class StepPredictor:
         whole_number("batch_size", batch_size, 1)
         key = (lb, batch_size)
         if key not in self._candidates:
-            found, _ = find_candidates(self.trace(batch_size).ops, self._layer_of, lb, batch_size)
+            found, _ = find_candidates(self.trace(batch_size).ops, self._layer_of, lb, batch_size,
+                                       order=self._orders.get(batch_size))
             by_tensor = {item.candidate.tensor: item for item in found}
             self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
         return self._candidates[key]
@@ -110,7 +128,8 @@ class StepPredictor:
         key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing
         if key not in self._replays:
             chosen = self.candidates(lb, batch_size)[:count]
-            self._replays[key] = self.trace(batch_size).replay(chosen, explain=True)
+            step = self.trace(batch_size) if count else self._plain[batch_size]
+            self._replays[key] = step.replay(chosen, explain=True)
         return self._replays[key]
 
     def _peak(self, lb: int, batch_size: int, count: int) -> int:

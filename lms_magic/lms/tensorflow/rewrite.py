@@ -111,7 +111,8 @@ def _trigger(first_consumer, flow: set, position: dict, lb: int):
     return found, hops
 
 
-def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[list[TensorCandidate], list[str]]:
+def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
+                    order=None) -> tuple[list[TensorCandidate], list[str]]:
     """The swappable forward tensors of a traced train step, in forward order.
 
     Args:
@@ -119,6 +120,10 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[lis
         layer_of: maps an op name to (layer name, layer type).
         lb: how many backward hops ahead of its consumer a swap-in starts.
         batch_size: fills unknown leading dimensions for the sizes.
+        order: where the backward pass is ordered (ordering.py, its joins in ``ops``): (each op's rank
+            in the ordered step's execution order, core.order.Ordered). The first consumer and the
+            trigger are then the ordered step's, and a swap-in waits for the join before its first
+            consumer's group where that comes later. Defaults to None (creation order).
 
     Returns:
         The candidates and notes for the user (recurrent layers left alone,
@@ -130,7 +135,9 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[lis
     for forward, backward in split_by_replica(ops).values():
         backward_set = set(backward)
         flow = gradient_flow(backward)
-        position = {op: index for index, op in enumerate(backward)}
+        position = {op: index for index, op in enumerate(backward)} if order is None else \
+            {op: order[0][op.name] for op in backward}
+        joins = {} if order is None else {op.name: op for op in backward if op.name in order[1].joins}
         for index, op in enumerate(forward):
             if op.type in _LOOP_OPS:
                 loops.add(layer_of(op.name)[0])
@@ -146,6 +153,9 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None) -> tuple[lis
                     continue
                 first = min(consumers, key=position.__getitem__)
                 trigger, hops = _trigger(first, flow, position, lb)
+                join = joins.get(order[1].before.get(first.name, "")) if order is not None else None
+                if join is not None and (trigger is None or position[join] > position[trigger]):
+                    trigger = join
                 nbytes = static_bytes(tensor, batch_size)
                 if trigger is None or nbytes is None:
                     continue  # no backward op to wait for: swapping would bring it straight back

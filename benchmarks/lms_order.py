@@ -1,0 +1,80 @@
+"""The backward pass one layer's gradient at a time (LMS's order_backward), measured on this machine's CPU.
+
+For each model, fits in fresh processes on the tests' two logical CPUs (/CPU:0 plays the accelerator,
+one inter-op thread as on a GPU stream): plain; LMS with every candidate swapped, with the order and
+without (order_backward=False); recompute="only" with every candidate, with the order and without.
+A swapped tensor's host copy shares the host's memory with /CPU:0 (the allocator counts it), so the
+measured peaks that show the order are the recompute fits' (nothing leaves /CPU:0); the swap fits show
+the predicted peaks and that the losses are the plain fit's, bit for bit. Per fit: the step's measured
+allocator peak over what was held before it (median of the steps after the first), LMS's predicted
+peak (executed graphs for swaps, traced for recompute="only"), the layers ordered, the losses, the
+step time (median).
+
+    python benchmarks/lms_order.py [--size 64] [--batch 8] [--steps 4] [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from applications import cli, compiled_application, fresh_runs, header
+
+VARIANTS = {"plain": None, "swap ordered": dict(n_tensors=-1), "swap unordered": dict(n_tensors=-1, order_backward=False),
+            "recompute ordered": dict(recompute="only", n_tensors=-1),
+            "recompute unordered": dict(recompute="only", n_tensors=-1, order_backward=False)}
+
+
+def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
+    """One fit of ``name`` in this process, as ``variant`` (a key of VARIANTS) says."""
+    model, x, y = compiled_application(name, size, batch, steps)
+    import keras
+    import tensorflow as tf
+
+    from lms_magic import LMS
+
+    class StepPeaks(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.peaks, self.times, self.losses = [], [], []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            self.before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times.append(time.perf_counter() - self.started)
+            self.peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - self.before)
+            self.losses.append(float(logs["loss"]))
+
+    record = StepPeaks()
+    callbacks = [record]
+    if VARIANTS[variant] is not None:
+        callbacks.insert(0, LMS(device="/CPU:0", host_device="/CPU:1", verbose=0, **VARIANTS[variant]))
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
+    out = {"losses": record.losses, "step_peak_bytes": statistics.median(record.peaks[1:]),
+           "step_s": statistics.median(record.times[1:])}
+    if VARIANTS[variant] is not None:
+        stats = callbacks[0].stats
+        out.update(predicted=stats.device_peak_bytes, source=stats.prediction_source, ordered=stats.ordered_layers)
+    return out
+
+
+def main(names, size: int, batch: int, steps: int) -> None:
+    mib = 2**20
+    print(header(size, batch, steps))
+    for name in names:
+        runs = fresh_runs(__file__, name, VARIANTS, size, batch, steps)
+        plain = runs["plain"]
+        print(f"{name}: plain measured step peak {plain['step_peak_bytes'] / mib:.1f} MiB, step {plain['step_s'] * 1000:.0f} ms")
+        for variant in list(VARIANTS)[1:]:
+            run = runs[variant]
+            print(f"  {variant}: measured step peak {run['step_peak_bytes'] / mib:.1f} MiB; predicted peak "
+                  f"{run['predicted'] / mib:.1f} MiB ({run['source']}); {run['ordered']} layers ordered; losses "
+                  f"{'identical to plain' if run['losses'] == plain['losses'] else 'DIFFERENT from plain'}; "
+                  f"step {run['step_s'] * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    cli(__doc__, measure, main, steps=4)

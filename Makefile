@@ -41,7 +41,7 @@ test-all: $(STAMP) browser
 ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_architecture[resnet-sgd]'
 VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tests/lms/tensorflow/test_backend.py \
 	tests/lms/tensorflow/test_predict.py tests/lms/tensorflow/test_recompute.py tests/lms/tensorflow/test_hybrid.py \
-	tests/lms/tensorflow/test_lean.py \
+	tests/lms/tensorflow/test_lean.py tests/lms/tensorflow/test_order.py \
 	tests/test_magics.py tests/test_compare.py \
 	$(ONE_REAL_MODEL)
 

@@ -21,11 +21,11 @@ step; `LMS` then checks it on the executed graphs):
 
   - with --lean-ops, all of it with LMS(lean_ops=True)'s BatchNormalization
     gradient (lms/tensorflow/lean.py) in both columns;
-  - with --no-order, LMS's plan on the backward pass in TensorFlow's own order
-    (LMS(order_backward=False); by default the backward pass runs one layer's
-    gradient at a time where that lowers the predicted peak: lms/core/order.py).
+  - with --order, LMS's plan with the backward pass one layer's gradient at a
+    time where that lowers the predicted peak (LMS(order_backward=True):
+    lms/core/order.py).
 
-    python benchmarks/lms_models.py --models ResNet50,DenseNet121 --largest [--lean-ops]
+    python benchmarks/lms_models.py --models ResNet50,DenseNet121 --largest [--lean-ops] [--order]
 """
 
 import argparse
@@ -66,8 +66,8 @@ def main():
     parser.add_argument("--device-tflops", type=float, default=7.3)
     parser.add_argument("--link-gbps", type=float, default=54.8)
     parser.add_argument("--lean-ops", action="store_true", help="BatchNormalization's lean gradient (lean_ops=True)")
-    parser.add_argument("--no-order", action="store_true",
-                        help="the backward pass in TensorFlow's own order (LMS(order_backward=False))")
+    parser.add_argument("--order", action="store_true",
+                        help="the backward pass one layer's gradient at a time (LMS(order_backward=True))")
     args = parser.parse_args()
     memory = int(args.memory_gib * GIB)
 
@@ -82,13 +82,13 @@ def main():
     def measure(model, name):
         sample = (np.zeros((1, args.size, args.size, 3), "float32"), np.zeros((1,), "int64"))
         predictor = StepPredictor(model, sample, Selection(),  # LMS's defaults: min_bytes 64 KiB
-                                  order_backward=not args.no_order)
+                                  order_backward=args.order)
         predictor.trace(args.batch)
         started = time.perf_counter()
         planned = predictor.predict(None, 1, args.batch)
         planning_s = time.perf_counter() - started
         everything = predictor.predict(-1, 1, args.batch)
-        lean = (" lean_ops" if args.lean_ops else "") + (" unordered" if args.no_order else "")
+        lean = (" lean_ops" if args.lean_ops else "") + (" order_backward" if args.order else "")
         print(f"{name} {args.size}x{args.size} batch {args.batch}{lean}: predicted peak {planned.peak_bytes_without_lms / GIB:.2f}"
               f" GiB without LMS, {planned.peak_bytes / GIB:.2f} GiB with the default plan ({planned.n_tensors} of "
               f"{planned.candidates} tensors, {planned.swapped_bytes_per_step / GIB:.2f} GiB out per step), "

@@ -1,14 +1,12 @@
 """The backward pass one layer's gradient at a time (LMS's order_backward), measured on this machine's CPU.
 
 For each model, fits in fresh processes on the tests' two logical CPUs (/CPU:0 plays the accelerator,
-one inter-op thread as on a GPU stream): plain; LMS with every candidate swapped, with the order and
-without (order_backward=False); recompute="only" with every candidate, with the order and without.
-A swapped tensor's host copy shares the host's memory with /CPU:0 (the allocator counts it), so the
-measured peaks that show the order are the recompute fits' (nothing leaves /CPU:0); the swap fits show
-the predicted peaks and that the losses are the plain fit's, bit for bit. Per fit: the step's measured
-allocator peak over what was held before it (median of the steps after the first), LMS's predicted
-peak (executed graphs for swaps, traced for recompute="only"), the layers ordered, the losses, the
-step time (median).
+one inter-op thread as on a GPU stream): plain, and LMS with every candidate swapped with the order
+(order_backward=True) and without. A swapped tensor's host copy is counted by the same allocator as
+/CPU:0's tensors (both logical CPUs share it), so the measured peaks hold the host copies too; both LMS
+fits swap the same tensors. Per fit: the step's measured allocator peak over what was held before it
+(median of the steps after the first), LMS's predicted peak (the executed graphs' replay), the layers
+ordered, whether the losses are the plain fit's, the step time (median).
 
     python benchmarks/lms_order.py [--size 64] [--batch 8] [--steps 4] [MODEL ...]
 """
@@ -20,9 +18,7 @@ import time
 
 from applications import cli, compiled_application, fresh_runs, header
 
-VARIANTS = {"plain": None, "swap ordered": dict(n_tensors=-1), "swap unordered": dict(n_tensors=-1, order_backward=False),
-            "recompute ordered": dict(recompute="only", n_tensors=-1),
-            "recompute unordered": dict(recompute="only", n_tensors=-1, order_backward=False)}
+VARIANTS = {"plain": None, "swap ordered": dict(n_tensors=-1, order_backward=True), "swap unordered": dict(n_tensors=-1)}
 
 
 def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:

@@ -80,13 +80,15 @@ class LMS(keras.callbacks.Callback):
             of results that differ at float rounding (docs/lms.md: measured
             differences). Defaults to False. TensorFlow only (on PyTorch it is
             said in ``stats.notes`` and left off).
-        order_backward: True (the default) runs the backward pass one
-            layer's gradient at a time, a branch finished before its sibling
-            starts, where the replay predicts a lower peak so (a residual
-            block's two BatchNormalization gradients no longer side by side):
-            control edges only, every value bit-identical.
-            ``stats.ordered_layers`` counts the layers so ordered. False
-            leaves the order to TensorFlow. TensorFlow only.
+        order_backward: True runs the backward pass one layer's gradient
+            at a time, a branch finished before its sibling starts, where the
+            replay predicts a lower peak so (a residual block's two
+            BatchNormalization gradients no longer side by side): control
+            edges only, every value bit-identical. Swaps only (with
+            ``recompute`` it is left off, and said). Off by default: the
+            predicted gains are not yet measured ones (docs/lms.md).
+            ``stats.ordered_layers`` counts the layers so ordered.
+            TensorFlow only. Defaults to False.
         backend: makes the engine of each fit from ``(model, options, stats)``
             (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.
@@ -113,7 +115,7 @@ class LMS(keras.callbacks.Callback):
                  include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
                  device: str | None = None, host_device: str | None = None, verbose: int = 1, batch_size_hint=None,
                  backend: BackendFactory | None = None, recompute=False, lean_ops: bool = False,
-                 order_backward: bool = True):
+                 order_backward: bool = False):
         super().__init__()
         self.options = LmsOptions(n_tensors, lb, budget, min_bytes, include_layers, exclude_layers, include_types,
                                   exclude_types, device, host_device, verbose, batch_size_hint, recompute,

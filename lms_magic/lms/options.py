@@ -114,7 +114,7 @@ class LmsOptions:
     batch_size_hint: int | Callable[[], int] | None = None
     recompute: bool | str = False
     lean_ops: bool = False
-    order_backward: bool = True
+    order_backward: bool = False
 
     def __post_init__(self):
         def put(name, value):

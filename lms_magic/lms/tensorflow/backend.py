@@ -53,8 +53,13 @@ class TensorFlowBackend:
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         self.recompute = options.recompute
-        self.order_backward = options.order_backward
+        self.order_backward = options.order_backward and self.recompute is False
+        if options.order_backward and not self.order_backward:
+            stats.notes.append(f"order_backward is for swaps alone: with recompute={self.recompute!r} the backward "
+                               "pass keeps TensorFlow's order (ordered, recompute='only' measured a higher peak)")
         self._ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
+        self._trace_order = None  # the backward order (core.order.Ordered) of the last trace planned, or None
+        self._step_order = None  # that of ``self.step``: undone in the executed graphs' "without LMS" figures
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
@@ -153,6 +158,7 @@ class TensorFlowBackend:
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = plain = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
+        self._trace_order = None
         if graph is not None and batch is not None and self.order_backward:
             step, candidates = self._order_backward(graph, ops, step, candidates)
         if self.recompute == "only":
@@ -187,6 +193,7 @@ class TensorFlowBackend:
                                          self.lb, self.host_device)
         ordered = attempt is not None and _ordering.lowers_the_peak(self.selection, (step, candidates), attempt)
         self._ordered[step.batch_size] = ordered
+        self._trace_order = attempt.ordered if ordered else None
         if self.stats.records is None:  # the stats are the first trace's
             self.stats.ordered_layers = len(attempt.ordered.groups) if ordered else 0
         if not ordered:
@@ -231,6 +238,7 @@ class TensorFlowBackend:
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
         self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
+        self._step_order = self._trace_order
         # with LMS: the swaps replayed on the traced step, or the step with the clones in it, replayed as it is
         traced, swaps, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
                                    (self.step, [], self.step.replay([], explain=True)))
@@ -335,6 +343,7 @@ class TensorFlowBackend:
         if not self._run_metadata and self.step is not None:  # the executed graphs to read are this trace's
             self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device,
                                             self.step.input_bytes)
+            self._step_order = attempt.ordered if attempt is not None else None
         return True
 
     def first_step_done(self) -> Action:
@@ -352,7 +361,7 @@ class TensorFlowBackend:
         try:
             with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
                                                                      self._persistent(), self._layer_of,
-                                                                     self._optimizer_scope())
+                                                                     self._optimizer_scope(), self._step_order)
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
                                     f"replayed ({type(error).__name__}: {error})")

@@ -208,10 +208,28 @@ def train_partitions(run_metadata):
     return list(best.partition_graphs) if best is not None and best_score > 0 else []
 
 
+def _without_order(nodes: list[Node], ordered) -> list[Node]:
+    """Executed nodes without the backward order's control edges (core.order.Ordered; None: none): its joins
+    dropped, and an ordered op's control inputs from its join or from the ops that join waited on (Grappler's
+    dependency optimizer puts those in place of a join it removes)."""
+    if ordered is None:
+        return nodes
+    waited_on = {entry: set(ordered.joins[join]) | {join} for entry, join in ordered.waits.items()}
+    kept = []
+    for node in nodes:
+        if is_join(node.name):
+            continue
+        drop = waited_on.get(op_name_in_step(node.name), set())
+        controls = tuple(name for name in node.control_inputs if not is_join(name) and op_name_in_step(name) not in drop)
+        kept.append(node if controls == node.control_inputs else dataclasses.replace(node, control_inputs=controls))
+    return kept
+
+
 def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
-                   optimizer_scope: str | None) -> tuple[dict, dict, int]:
-    """The executed partitions replayed with LMS and without (its swaps and recomputes undone), each explained
-    (peak.explain_peak: its ``bytes`` include ``persistent``), and the count of unknown-size device nodes."""
+                   optimizer_scope: str | None, ordered=None) -> tuple[dict, dict, int]:
+    """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
+    order ``ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
+    ``persistent``), and the count of unknown-size device nodes."""
     suffix = device_suffix(device)
     brought_back = swapped_in(partitions, suffix)
 
@@ -224,7 +242,7 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
     explained, unknown_count = [], 0
     for undo in (False, True):
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo)
-        nodes = _recomputes_just_in_time(nodes)
+        nodes = _recomputes_just_in_time(_without_order(nodes, ordered) if undo else nodes)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
         explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),

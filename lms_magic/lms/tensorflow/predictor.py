@@ -58,7 +58,7 @@ class StepPredictor:
             ``n_tensors`` is ignored. Defaults to all sizes, all layers.
         host_device: where swapped tensors wait. Defaults to "/CPU:0".
         order_backward: the backward pass one layer at a time where that lowers the peak with every
-            eligible candidate swapped, as ``LMS(order_backward=True)`` decides it (at lb=1). Defaults to True.
+            eligible candidate swapped, as ``LMS(order_backward=True)`` decides it (at lb=1). Defaults to False.
 
     Raises:
         ValueError: the model is not compiled, or the sample has no batch.
@@ -75,7 +75,7 @@ class StepPredictor:
     """
 
     def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0",
-                 order_backward: bool = True):
+                 order_backward: bool = False):
         compiled_model(model)
         self.selection = selection or Selection()
         self.host_device = host_device

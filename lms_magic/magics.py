@@ -160,11 +160,12 @@ class LmsFitMagics(Magics):
 
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell, **kwargs)
-        self.defaults = {"n_tensors": None, "lb": 1}  # None: LMS plans; %lms_tune's Apply changes them
+        self.defaults = {"n_tensors": None, "lb": 1, "lean_ops": False, "order_backward": False}  # None: LMS plans; %lms_tune's Apply changes them
 
-    def apply_defaults(self, n_tensors: int, lb: int) -> None:
-        """Makes ``n_tensors`` and ``lb`` the defaults of the following ``%%lms_fit`` cells."""
-        self.defaults = {"n_tensors": n_tensors, "lb": lb}
+    def apply_defaults(self, n_tensors: int, lb: int, lean_ops: bool = False, order_backward: bool = False) -> None:
+        """Makes ``n_tensors``, ``lb``, ``lean_ops`` and ``order_backward`` the defaults of the following
+        ``%%lms_fit`` cells (%%lms_tune's Apply)."""
+        self.defaults = {"n_tensors": n_tensors, "lb": lb, "lean_ops": lean_ops, "order_backward": order_backward}
 
     @magic_arguments()
     @argument("--n-tensors", type=int, default=None,
@@ -181,9 +182,12 @@ class LmsFitMagics(Magics):
     @argument("--recompute", choices=("off", "on", "only"), default="off",
               help="off (swap what the plan moves), on (recompute what can be from tensors on the device, swap the "
                    "rest), only (recompute, never swap: nothing crosses the host link); TensorFlow")
+    @argument("--order-backward", action="store_true",
+              help="run the backward pass one layer's gradient at a time where that lowers the predicted peak "
+                   "(bit-identical; off by default: a predicted gain, not yet a measured one); TensorFlow, swaps")
     @argument("--lean-ops", action="store_true",
-              help="compute each BatchNormalization's gradient in one piece: a lower backward-pass peak, results "
-                   "that differ at float rounding; TensorFlow")
+              help="compute each BatchNormalization's gradient in one piece (on PyTorch: its fused kernel): a lower "
+                   "backward-pass peak, results that differ at float rounding")
     @argument("--compare", action="store_true",
               help="also train without LMS from the same weights, optimizer state, seed and batches")
     @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
@@ -269,11 +273,13 @@ class LmsFitMagics(Magics):
             options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
                                  device=args.device, host_device=args.host_device,
                                  recompute={"off": False, "on": True}.get(args.recompute, args.recompute),
-                                 lean_ops=args.lean_ops)
+                                 lean_ops=args.lean_ops or self.defaults["lean_ops"],
+                                 order_backward=args.order_backward or self.defaults["order_backward"])
             check_devices(options.device, options.host_device)
         except OptionError as error:
             raise UsageError(error.for_magic()) from None
         return {"n_tensors": options.n_tensors, "lb": options.lb, "budget": options.budget_bytes,
                 "min_bytes": options.min_bytes, "device": options.device, "host_device": options.host_device,
-                "recompute": options.recompute, "lean_ops": options.lean_ops, "verbose": 1}
+                "recompute": options.recompute, "lean_ops": options.lean_ops,
+                "order_backward": options.order_backward, "verbose": 1}
 

@@ -47,7 +47,7 @@ class LmsTuneMagics(Magics):
 
     Args:
         shell: the InteractiveShell.
-        on_apply: called with ``n_tensors`` and ``lb`` when Apply is pressed
+        on_apply: called with ``n_tensors``, ``lb``, ``lean_ops`` and ``order_backward`` when Apply is pressed
             (``%%lms_fit``'s ``apply_defaults``, as :func:`lms_magic.magics.register` wires it).
     """
 

@@ -60,6 +60,8 @@ class TuningSession:
         steps: timed steps per measured trial.
         min_bytes, device, host_device: as for :class:`lms_magic.LMS`.
         bandwidth: a ``LinkBandwidth``; measured once per process if None.
+        lean_ops, order_backward: as for :class:`lms_magic.LMS` (``set_options`` changes them: the
+            predictions and trials follow). Default to False.
 
     Raises:
         ValueError: not compiled, no data, an option's bad value (an ``OptionError``), or a budget
@@ -68,7 +70,7 @@ class TuningSession:
 
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
-                 bandwidth=None):
+                 bandwidth=None, lean_ops: bool = False, order_backward: bool = False):
         from .devices import check_devices, default_host
         from .lms.tensorflow.predictor import StepPredictor
         from .memory.bandwidth import host_link_bandwidth
@@ -76,18 +78,44 @@ class TuningSession:
 
         self.batch_size = whole_number("batch_size", batch_size, 1)
         whole_number("steps", steps, 1)
-        options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget)
+        options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget,
+                             lean_ops=lean_ops, order_backward=order_backward)
         check_devices(options.device, options.host_device)
-        self.predictor = StepPredictor(model, take_samples(data, 2), options.selection,
-                                       options.host_device or default_host())
+        samples = take_samples(data, 2)
+        self._predictors: dict[tuple[bool, bool], StepPredictor] = {}  # (lean_ops, order_backward) -> its predictor
+        self._new_predictor = lambda lean, order: StepPredictor(model, samples, options.selection,
+                                                                options.host_device or default_host(),
+                                                                order_backward=order, lean_ops=lean)
+        self.predictor = self._predictor_for(options.lean_ops, options.order_backward)
         self.budget_bytes = None
         self.set_budget(options.budget_bytes)
         self.lms_options = {"min_bytes": options.min_bytes, "host_device": options.host_device,
-                            "device": options.device}
+                            "device": options.device, "lean_ops": options.lean_ops,
+                            "order_backward": options.order_backward}
         self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
         self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []
         self._estimated_compute: dict[int, float] = {}  # batch size -> the FLOP estimate's compute seconds
+
+    def _predictor_for(self, lean_ops: bool, order_backward: bool):
+        key = (lean_ops, order_backward)
+        if key not in self._predictors:
+            self._predictors[key] = self._new_predictor(*key)
+        return self._predictors[key]
+
+    def set_options(self, lean_ops: bool | None = None, order_backward: bool | None = None) -> None:
+        """Switches ``lean_ops`` and ``order_backward`` (None: as they are) for the predictions, the trials and
+        the ``LMS(...)`` call. The first prediction with a new pair traces the step again (once per batch size).
+
+        Raises:
+            OptionError: a value that is not True or False.
+        """
+        options = LmsOptions(lean_ops=self.lms_options["lean_ops"] if lean_ops is None else lean_ops,
+                             order_backward=self.lms_options["order_backward"] if order_backward is None
+                             else order_backward)
+        self.lms_options.update(lean_ops=options.lean_ops, order_backward=options.order_backward)
+        self.predictor = self.runner.predictor = self._predictor_for(options.lean_ops, options.order_backward)
+        self.runner.options.update(lean_ops=options.lean_ops, order_backward=options.order_backward)
 
     @property
     def persistent_bytes(self) -> int:
@@ -180,7 +208,8 @@ class TuningSession:
 
     def lms_call(self, setting: Setting) -> str:
         """The ``LMS(...)`` call for ``setting``, with the options that differ from the defaults."""
-        defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": None, "device": None}
+        defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": None, "device": None, "lean_ops": False,
+                    "order_backward": False}
         return setting.lms_call(**{k: v for k, v in self.lms_options.items() if v != defaults[k]})
 
 

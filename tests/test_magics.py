@@ -297,6 +297,21 @@ def test_lean_ops_says_which_layers_lean_and_that_the_loss_differs_at_rounding_o
     np.testing.assert_allclose(lms.step_losses, plain.step_losses, rtol=1e-5)
 
 
+def test_order_backward_orders_the_backward_pass_and_trains_to_the_bit(fit_shell):
+    fit_shell.run_cell("import keras, numpy as np\nfrom tests.lms.tensorflow.test_real_models import reduced\n"
+                       "net = reduced('resnet')()\nnet.compile(keras.optimizers.SGD(0.01, momentum=0.9), "
+                       "keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+                       "rng = np.random.default_rng(0)\n"
+                       "x, y = rng.random((16, 32, 32, 3), dtype='float32'), rng.integers(0, 10, 16)")
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS} --order-backward --n-tensors -1 --min-bytes 0\n"
+                                "net.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)").result
+    stats = next(v.lms_stats for v in result.variants if v.lms_stats)
+    assert stats["ordered_layers"] > 0 and stats["swapped_tensors"] > 0
+    headline = result.headline()
+    assert f"backward pass one layer at a time ({stats['ordered_layers']} layers)" in headline
+    assert "final loss identical" in headline, headline
+
+
 @pytest.mark.parametrize("options, words", [("--lb 0", "--lb 0: must be a whole number >= 1"),
                                             ("--steps 0", "--steps 0: must be a whole number >= 1"),
                                             ("--budget lots", "--budget lots: not a memory size"),

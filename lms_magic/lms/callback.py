@@ -78,8 +78,10 @@ class LMS(keras.callbacks.Callback):
             piece (two full-size intermediates instead of Keras's four and
             more) while LMS trains: a lower backward-pass peak, at the price
             of results that differ at float rounding (docs/lms.md: measured
-            differences). Defaults to False. TensorFlow only (on PyTorch it is
-            said in ``stats.notes`` and left off).
+            differences). Defaults to False. On PyTorch, the normalization
+            runs in PyTorch's fused kernel (``torch.nn.functional.batch_norm``),
+            which keeps the input and per-channel statistics for the backward
+            pass.
         order_backward: True runs the backward pass one layer's gradient
             at a time, a branch finished before its sibling starts, where the
             replay predicts a lower peak so (a residual block's two
@@ -187,10 +189,6 @@ class LMS(keras.callbacks.Callback):
                     warnings.warn(f"LMS: {self.stats.reason}", LmsNotice, stacklevel=2)
                 return None
             from .torch.backend import TorchBackend
-
-            if options.lean_ops:
-                self.stats.notes.append("lean_ops is not available on PyTorch yet: Keras's BatchNormalization "
-                                        "computes its gradient as it is")
 
             return TorchBackend
         if options.device is None:

@@ -61,6 +61,14 @@ class Tuner:
                                               max=round(max(budget_mib, unbudgeted / MIB) * 1.5, 1) + 1, step=0.1,
                                               description="budget (MiB)", style=style, layout=layout),
         }
+        self.toggles = {  # the session's options: predictions, trials and the LMS(...) call follow them
+            "lean_ops": widgets.Checkbox(session.lms_options["lean_ops"], description="lean_ops",
+                                         tooltip="BatchNormalization's gradient in one piece (float rounding)"),
+            "order_backward": widgets.Checkbox(session.lms_options["order_backward"], description="order_backward",
+                                               tooltip="the backward pass one layer at a time (bit-identical)"),
+        }
+        for toggle in self.toggles.values():
+            toggle.observe(self._on_toggle, names="value")
         self.buttons = {name: widgets.Button(description=name) for name in ("Measure", "Autotune", "Stop", "Apply")}
         self.buttons["Stop"].disabled = True
         self.prediction_html = widgets.HTML()
@@ -84,7 +92,8 @@ class Tuner:
                                    f"({html.escape(session.bandwidth.source)}){note}")
         self.widget = widgets.VBox([
             self.header,
-            widgets.HBox([widgets.VBox(list(self.controls.values())), self.prediction_html]),
+            widgets.HBox([widgets.VBox(list(self.controls.values()) + [widgets.HBox(list(self.toggles.values()))]),
+                          self.prediction_html]),
             widgets.HBox(list(self.buttons.values())), self.status,
             widgets.HBox([self.figure_output, self.makeup_output]), self.top_html, self.trials_html,
         ])
@@ -106,6 +115,15 @@ class Tuner:
             count = self.session.predictor.predict(-1, self.controls["lb"].value,
                                                    self.controls["batch_size"].value).candidates
             self.controls["n_tensors"].max = max(count, 1)
+        self.refresh()
+
+    def _on_toggle(self, change) -> None:
+        """A new ``lean_ops`` / ``order_backward``: the step traced again the first time (said while it runs)."""
+        self.status.value = "tracing the step with the new options..."
+        self.session.set_options(**{name: toggle.value for name, toggle in self.toggles.items()})
+        count = self.session.predictor.predict(-1, self.controls["lb"].value, self.controls["batch_size"].value)
+        self.controls["n_tensors"].max = max(count.candidates, 1)
+        self.status.value = ""
         self.refresh()
 
     def refresh(self) -> None:
@@ -263,10 +281,12 @@ class Tuner:
     def apply(self) -> str:
         """Makes the sliders' setting the default of the next %%lms_fit; returns the LMS(...) call."""
         setting = self.setting()
+        toggles = {name: toggle.value for name, toggle in self.toggles.items()}
         if self.on_apply is not None:
-            self.on_apply(setting.n_tensors, setting.lb)
+            self.on_apply(setting.n_tensors, setting.lb, **toggles)
         self.applied = self.session.lms_call(setting)
-        self.status.value = (f"applied: the next %%lms_fit uses n_tensors={setting.n_tensors}, lb={setting.lb}. "
+        chosen = "".join(f", {name}=True" for name, on in toggles.items() if on)
+        self.status.value = (f"applied: the next %%lms_fit uses n_tensors={setting.n_tensors}, lb={setting.lb}{chosen}. "
                              f"In a script: <code>{html.escape(self.applied)}</code>")
         print(self.applied)
         return self.applied

@@ -92,6 +92,40 @@ def test_apply_sets_the_next_lms_fit_and_prints_the_call(tuning_session, shell, 
     assert result.variants[-1].lms_stats["swapped_tensors"] == 3
 
 
+def test_the_toggles_switch_the_predictions_the_trials_and_the_next_lms_fit(tuning_data, devices, shell):
+    from lms_magic.lms.tensorflow.predictor import StepPredictor
+    from lms_magic.trials import take_samples
+    from lms_magic.tuning import TuningSession
+    from tests.models import residual_bn_dropout
+
+    fit_magics = shell.magics_manager.registry["LmsFitMagics"]
+    model = residual_bn_dropout()
+    session = TuningSession(model, tuning_data, batch_size=16, steps=1, min_bytes=0, device=ACCELERATOR,
+                            host_device=HOST)
+    tuner = Tuner(session, on_apply=fit_magics.apply_defaults)
+    tuner.controls["n_tensors"].value = tuner.controls["n_tensors"].max
+    keras_prediction = tuner.estimate
+    tuner.toggles["lean_ops"].value = True
+    lean = StepPredictor(model, take_samples(tuning_data, 2), session.predictor.selection, HOST, lean_ops=True)
+    count = tuner.controls["n_tensors"].value
+    assert session.predictor.lean_ops and session.runner.options["lean_ops"] is True
+    assert tuner.estimate.peak_bytes == lean.predict(count, 1, 16).peak_bytes != keras_prediction.peak_bytes
+    assert tuner.measure().ok
+    tuner.toggles["order_backward"].value = True
+    code = tuner.apply()
+    assert "lean_ops=True" in code and "order_backward=True" in code
+    assert fit_magics.defaults["lean_ops"] and fit_magics.defaults["order_backward"]
+    shell.user_ns.update(model=model, x=tuning_data[0], y=tuning_data[1])
+    result = shell.run_cell_magic("lms_fit", f"-q -o --device {ACCELERATOR} --host-device {HOST} --min-bytes 0 "
+                                  "--steps 1", "model.fit(x, y, batch_size=16, verbose=0)")
+    assert result.variants[-1].lms_stats["lean_layers"] == 3
+    fit_magics.apply_defaults(None, 1)  # as a new session starts
+    tuner.toggles["lean_ops"].value = tuner.toggles["order_backward"].value = False
+    assert tuner.controls["n_tensors"].max == keras_prediction.candidates  # the lean gradient reads fewer
+    tuner.controls["n_tensors"].value = tuner.controls["n_tensors"].max
+    assert tuner.estimate.peak_bytes == keras_prediction.peak_bytes  # Keras's own again (its trace kept)
+
+
 @pytest.mark.parametrize("package, variable", [("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS"),
                                                ("IPython", "LMS_MAGIC_EXPECT_IPYTHON")])
 def test_the_run_uses_the_versions_it_says(package, variable):

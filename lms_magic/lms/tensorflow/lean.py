@@ -1,4 +1,5 @@
-"""Memory-lean operations on TensorFlow (``LMS(lean_ops=True)``): BatchNormalization's gradient in one piece.
+"""Memory-lean operations on TensorFlow (``LMS(lean_ops=True)``, lms/lean.py): BatchNormalization's gradient in
+one piece.
 
 Keras 3 computes ``BatchNormalization`` unfused on TensorFlow (``ops.moments`` and
 ``ops.batch_normalization``), so its gradient is TensorFlow's automatic one through each of those
@@ -23,12 +24,11 @@ gradient's per-channel tensors can be live there and raise it by a few hundred b
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
 
 import keras
 import tensorflow as tf
 
-from ... import compat
+from .. import lean as _lean
 from .graph import replica_prefix
 
 
@@ -84,69 +84,15 @@ def lean_batch_norm(x, mean, variance, gamma, beta, axis: int, epsilon: float):
     return normalized(x, *given.values())
 
 
-def _lean_call(layer):
-    """``layer.call`` (a Keras ``BatchNormalization``) with the lean gradient in training; Keras's own call
-    where it does something else (inference, a mask, renorm, synchronized statistics, not trainable, eager)."""
-    plain = type(layer).call.__get__(layer)
-
-    def call(inputs, training=None, mask=None):
-        if not (training and layer.trainable) or mask is not None or getattr(layer, "renorm", False) \
-                or getattr(layer, "synchronized", False) or tf.executing_eagerly():
-            return plain(inputs, training=training, mask=mask)
-        ops = keras.ops
-        inputs = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
-        axes = [a for a in range(len(inputs.shape)) if a != layer.axis % len(inputs.shape)]
-        mean, variance = ops.moments(inputs, axes=axes)  # Keras's call: ops.moments(inputs, axes=...)
-        layer.moving_mean.assign(ops.cast(layer.moving_mean, inputs.dtype) * layer.momentum
-                                 + mean * (1.0 - layer.momentum))
-        layer.moving_variance.assign(ops.cast(layer.moving_variance, inputs.dtype) * layer.momentum
-                                     + variance * (1.0 - layer.momentum))
-        gamma = ops.cast(layer.gamma, inputs.dtype) if layer.scale else None
-        beta = ops.cast(layer.beta, inputs.dtype) if layer.center else None
-        outputs = lean_batch_norm(inputs, mean, variance, gamma, beta, layer.axis, layer.epsilon)
-        return ops.cast(outputs, layer.compute_dtype)
-
-    return call
-
-
-def lean_layers(model) -> list:
-    """The layers of ``model`` (nested ones too) whose gradient ``lean_ops`` changes: Keras's own
-    ``BatchNormalization`` (a subclass that overrides ``call`` keeps it)."""
-    base = keras.layers.BatchNormalization
-    return [layer for layer in compat.layers_of(model) if isinstance(layer, base) and type(layer).call is base.call]
-
-
-class LeanOps:
-    """The lean operations of one fit: applied to ``model``'s layers for the duration of a block.
+class LeanOps(_lean.LeanOps):
+    """The lean operations of one fit on TensorFlow (lms/lean.py): ``lean_batch_norm`` in each trace.
 
     Example:
         >>> import keras
         >>> model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization()])
-        >>> lean = LeanOps(model)
-        >>> with lean.applied():
-        ...     changed = "call" in vars(model.layers[0])
-        >>> len(lean.layers), changed, "call" in vars(model.layers[0])
-        (1, True, False)
+        >>> len(LeanOps(model).layers)
+        1
     """
 
     def __init__(self, model):
-        self.layers = lean_layers(model)
-
-    @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
-        """Inside the block the layers compute the lean gradient when traced in training; after it, each is
-        exactly as before, however the block ends."""
-        saved = [layer.__dict__.get("call", _MISSING) for layer in self.layers]
-        try:
-            for layer in self.layers:
-                object.__setattr__(layer, "call", _lean_call(layer))
-            yield
-        finally:
-            for layer, call in zip(self.layers, saved):
-                if call is _MISSING:
-                    layer.__dict__.pop("call", None)
-                else:
-                    object.__setattr__(layer, "call", call)
-
-
-_MISSING = object()
+        super().__init__(model, lean_batch_norm, traced=lambda: not tf.executing_eagerly())

@@ -12,6 +12,7 @@ search use.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ import tensorflow as tf
 from ..core.plan import Selection, plan_swaps
 from ..options import compiled_model, whole_number
 from . import ordering
+from .lean import LeanOps
 from .predict import TracedStep, persistent_tensors
 from .rewrite import find_candidates, layer_resolver
 
@@ -59,6 +61,7 @@ class StepPredictor:
         host_device: where swapped tensors wait. Defaults to "/CPU:0".
         order_backward: the backward pass one layer at a time where that lowers the peak with every
             eligible candidate swapped, as ``LMS(order_backward=True)`` decides it (at lb=1). Defaults to False.
+        lean_ops: the step traced with ``LMS(lean_ops=True)``'s BatchNormalization gradient. Defaults to False.
 
     Raises:
         ValueError: the model is not compiled, or the sample has no batch.
@@ -75,7 +78,7 @@ class StepPredictor:
     """
 
     def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0",
-                 order_backward: bool = False):
+                 order_backward: bool = False, lean_ops: bool = False):
         compiled_model(model)
         self.selection = selection or Selection()
         self.host_device = host_device
@@ -84,7 +87,7 @@ class StepPredictor:
         self._layer_of = layer_resolver(model)
         self._persistent = persistent_tensors(model)
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
-        self.order_backward = order_backward
+        self.order_backward, self.lean_ops = order_backward, lean_ops
         self._steps: dict[int, TracedStep] = {}  # the step LMS plans on (ordered where that is lower)
         self._plain: dict[int, TracedStep] = {}  # the step as Keras traces it (the "without LMS" figures)
         self._orders: dict[int, tuple] = {}  # batch size -> find_candidates' order, where ordered
@@ -96,7 +99,8 @@ class StepPredictor:
         if batch_size not in self._steps:
             specs = _specs(self.sample, batch_size)
             started = time.perf_counter()
-            graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
+            with LeanOps(self.model).applied() if self.lean_ops else contextlib.nullcontext():
+                graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
             self.trace_s = time.perf_counter() - started
             input_bytes = [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
             plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,

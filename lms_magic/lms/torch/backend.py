@@ -9,6 +9,8 @@ tensors only, and where it moves nothing the model trains with its own train fun
 
 from __future__ import annotations
 
+import contextlib
+
 from ... import compat
 from ...units import MIB, format_size
 from ..backend import Action
@@ -39,6 +41,17 @@ class TorchBackend:
         self.device, self.lb = str(self.offloader.device), options.lb
         self._reads: list = []  # the first step's backward reads, in order
         self._release_plan = compat.graph_release_plan(model)
+        self._lean = None
+        if options.order_backward:
+            stats.notes.append("order_backward is not available on PyTorch: the backward pass runs in autograd's "
+                               "order")
+        if options.lean_ops:
+            from .lean import LeanOps
+
+            self._lean = LeanOps(model)
+            stats.lean_layers = len(self._lean.layers)
+            if not self._lean.layers:
+                stats.notes.append("lean_ops: the model has no Keras BatchNormalization layer: nothing to lean")
 
     def _watch(self, event: OffloadEvent) -> None:
         if event.kind == "read" and self.offloader.steps == 0:
@@ -49,10 +62,14 @@ class TorchBackend:
     def train_step(self, original):
         return lambda data: self.offloader.run(original, data)
 
+    @contextlib.contextmanager
     def step_scope(self):
         """The model's graph lets go of each activation once its last reader has run, so an offloaded one's
-        device memory is free before the forward pass ends (Keras would hold all of them to its end)."""
-        return compat.graph_intermediates_released(self._release_plan)
+        device memory is free before the forward pass ends (Keras would hold all of them to its end); with
+        ``lean_ops``, its BatchNormalization layers lean while the step runs."""
+        with compat.graph_intermediates_released(self._release_plan), \
+                (self._lean.applied() if self._lean is not None else contextlib.nullcontext()):
+            yield
 
     def first_step_done(self) -> Action:
         found = self.offloader.stats()
@@ -81,6 +98,7 @@ class TorchBackend:
                    "the step fits the budget" if plan.rule is Rule.BUDGET else "no offload lowers the predicted peak")
             self.stats.notes.append(f"{why} ({format_size(plan.peak_bytes)} predicted): nothing moves from the second "
                                     "step on, and the model trains with its own train function")
+            self.stats.lean_layers = 0  # the model's own train function: Keras's BatchNormalization
             return Action.STEP_OUT
         return Action.KEEP
 
@@ -106,7 +124,8 @@ class TorchBackend:
                 f"{'pinned ' if stats.pinned else ''}host memory; "
                 + (f"predicted {self.device} peak {peak / MIB:.1f} MiB with LMS, "
                    f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
-                   if peak is not None else "no device peak predicted"))
+                   if peak is not None else "no device peak predicted")
+                + (f"; lean BatchNormalization in {stats.lean_layers} layers" if stats.lean_layers else ""))
 
     def close(self) -> None:
         self.offloader.close()

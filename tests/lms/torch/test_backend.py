@@ -167,12 +167,3 @@ def test_recompute_only_is_not_built_on_torch_so_lms_stays_off_and_says_so(data)
     model, history = train(cnn, data, callback)
     assert not callback.stats.active and "not available on PyTorch yet" in callback.stats.reason
     assert history == plain_history and callback.stats.swapped_tensors == 0
-
-
-def test_lean_ops_is_not_built_on_torch_so_the_swaps_run_as_they_are_and_it_says_so(data):
-    plain, plain_history = train(residual_bn_dropout, data)
-    callback = LMS(lean_ops=True, min_bytes=0, verbose=0)
-    model, history = train(residual_bn_dropout, data, callback)
-    assert callback.stats.active and callback.stats.swapped_tensors > 0 and callback.stats.lean_layers == 0
-    assert any("lean_ops is not available on PyTorch yet" in note for note in callback.stats.notes)
-    assert history == plain_history

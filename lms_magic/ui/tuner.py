@@ -62,10 +62,8 @@ class Tuner:
                                               description="budget (MiB)", style=style, layout=layout),
         }
         self.toggles = {  # the session's options: predictions, trials and the LMS(...) call follow them
-            "lean_ops": widgets.Checkbox(session.lms_options["lean_ops"], description="lean_ops",
-                                         tooltip="BatchNormalization's gradient in one piece (float rounding)"),
-            "order_backward": widgets.Checkbox(session.lms_options["order_backward"], description="order_backward",
-                                               tooltip="the backward pass one layer at a time (bit-identical)"),
+            "lean_ops": widgets.Checkbox(session.lms_options["lean_ops"], description="lean_ops"),
+            "order_backward": widgets.Checkbox(session.lms_options["order_backward"], description="order_backward"),
         }
         for toggle in self.toggles.values():
             toggle.observe(self._on_toggle, names="value")

@@ -7,6 +7,7 @@ the peak; 20 rows at batch 8 make the last batch of 4 traced again (the order is
 
 import keras
 import numpy as np
+import pytest
 
 from lms_magic import LMS
 from tests import models
@@ -55,6 +56,7 @@ def test_resnet_blocks_train_bit_identically_one_layer_at_a_time_at_a_lower_pred
     assert "one layer at a time" not in unordered.summary()
 
 
+@pytest.mark.release  # make test-all: make test stays under 10 minutes
 def test_where_the_order_lowers_nothing_tensorflow_keeps_its_own(devices):
     x, y = models.images(32, 32)
     losses, weights, callback = fit(models.reference_cnn_small, x, y, batch_size=16, n_tensors=-1, min_bytes=0,
@@ -65,6 +67,7 @@ def test_where_the_order_lowers_nothing_tensorflow_keeps_its_own(devices):
     assert losses == plain_losses
 
 
+@pytest.mark.release  # make test-all: make test stays under 10 minutes
 def test_a_layer_called_twice_trains_as_without_the_order(devices):
     keras.utils.set_random_seed(3)
     inputs = keras.Input((16, 16, 3))

@@ -34,6 +34,37 @@ def compiled_application(name: str, size: int, batch: int, steps: int):
     return model, rng.random((batch * steps, size, size, 3), dtype="float32"), rng.integers(0, 10, batch * steps)
 
 
+def fit_step_peaks(model, x, y, batch: int, lms=None) -> dict:
+    """``model`` trained one epoch on ``(x, y)`` (with the callback ``lms``, if any): each step's loss, and the
+    medians over the steps after the first of /CPU:0's allocator peak over what was held before the step
+    (``step_peak_bytes``) and of the step time (``step_s``)."""
+    import statistics
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    class StepPeaks(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.peaks, self.times, self.losses = [], [], []
+
+        def on_train_batch_begin(self, step, logs=None):
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            self.before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, step, logs=None):
+            self.times.append(time.perf_counter() - self.started)
+            self.peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - self.before)
+            self.losses.append(float(logs["loss"]))
+
+    record = StepPeaks()
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=([lms] if lms else []) + [record])
+    return {"losses": record.losses, "step_peak_bytes": statistics.median(record.peaks[1:]),
+            "step_s": statistics.median(record.times[1:])}
+
+
 def in_fresh_process(script: str, one: list[str], size: int, batch: int, steps: int) -> dict:
     """``script --one ONE... --size --batch --steps`` in a fresh process (TensorFlow's allocator counts whole
     chunks, so a peak depends on what earlier models left in it); its last line of output, as JSON."""

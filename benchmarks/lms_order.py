@@ -13,10 +13,8 @@ ordered, whether the losses are the plain fit's, the step time (median).
 
 from __future__ import annotations
 
-import statistics
-import time
 
-from applications import cli, compiled_application, fresh_runs, header
+from applications import cli, compiled_application, fit_step_peaks, fresh_runs, header
 
 VARIANTS = {"plain": None, "swap ordered": dict(n_tensors=-1, order_backward=True), "swap unordered": dict(n_tensors=-1)}
 
@@ -24,35 +22,13 @@ VARIANTS = {"plain": None, "swap ordered": dict(n_tensors=-1, order_backward=Tru
 def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
     """One fit of ``name`` in this process, as ``variant`` (a key of VARIANTS) says."""
     model, x, y = compiled_application(name, size, batch, steps)
-    import keras
-    import tensorflow as tf
-
     from lms_magic import LMS
 
-    class StepPeaks(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.peaks, self.times, self.losses = [], [], []
-
-        def on_train_batch_begin(self, batch, logs=None):
-            tf.config.experimental.reset_memory_stats("CPU:0")
-            self.before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-            self.started = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.times.append(time.perf_counter() - self.started)
-            self.peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - self.before)
-            self.losses.append(float(logs["loss"]))
-
-    record = StepPeaks()
-    callbacks = [record]
+    lms = LMS(device="/CPU:0", host_device="/CPU:1", verbose=0, **VARIANTS[variant]) \
+        if VARIANTS[variant] is not None else None
+    out = fit_step_peaks(model, x, y, batch, lms)
     if VARIANTS[variant] is not None:
-        callbacks.insert(0, LMS(device="/CPU:0", host_device="/CPU:1", verbose=0, **VARIANTS[variant]))
-    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
-    out = {"losses": record.losses, "step_peak_bytes": statistics.median(record.peaks[1:]),
-           "step_s": statistics.median(record.times[1:])}
-    if VARIANTS[variant] is not None:
-        stats = callbacks[0].stats
+        stats = lms.stats
         out.update(predicted=stats.device_peak_bytes, source=stats.prediction_source, ordered=stats.ordered_layers)
     return out
 

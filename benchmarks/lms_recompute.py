@@ -13,44 +13,20 @@ included), the tensors recomputed, whether the losses are identical, and the ste
 
 from __future__ import annotations
 
-import statistics
-import time
 
-from applications import cli, compiled_application, fresh_runs, header
+from applications import cli, compiled_application, fit_step_peaks, fresh_runs, header
 
 
 def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
     """One fit in this process: ``variant`` is "plain" or "recompute"."""
     model, x, y = compiled_application(name, size, batch, steps)
-    import keras
-    import tensorflow as tf
-
     from lms_magic import LMS
 
-    class StepPeaks(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.peaks, self.times, self.losses = [], [], []
-
-        def on_train_batch_begin(self, batch, logs=None):
-            tf.config.experimental.reset_memory_stats("CPU:0")
-            self.before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-            self.started = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.times.append(time.perf_counter() - self.started)
-            self.peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"] - self.before)
-            self.losses.append(float(logs["loss"]))
-
-    record = StepPeaks()
-    callbacks = [record]
+    lms = LMS(device="/CPU:0", host_device="/CPU:1", recompute="only", n_tensors=-1, verbose=0) \
+        if variant == "recompute" else None
+    out = fit_step_peaks(model, x, y, batch, lms)
     if variant == "recompute":
-        callbacks.insert(0, LMS(device="/CPU:0", host_device="/CPU:1", recompute="only", n_tensors=-1, verbose=0))
-    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
-    out = {"losses": record.losses, "step_peak_bytes": statistics.median(record.peaks[1:]),
-           "step_s": statistics.median(record.times[1:])}
-    if variant == "recompute":
-        stats = callbacks[0].stats
+        stats = lms.stats
         out.update(predicted=stats.device_peak_bytes, predicted_without=stats.device_peak_bytes_without_lms,
                    persistent=stats.persistent_bytes, recomputed=stats.recomputed_tensors,
                    recomputed_bytes=stats.recomputed_bytes_per_step, candidates=stats.candidates)

@@ -58,8 +58,6 @@ class TensorFlowBackend:
             stats.notes.append(f"order_backward is for swaps alone: with recompute={self.recompute!r} the backward "
                                "pass keeps TensorFlow's order (ordered, recompute='only' measured a higher peak)")
         self._ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
-        self._trace_order = None  # the backward order (core.order.Ordered) of the last trace planned, or None
-        self._step_order = None  # that of ``self.step``: undone in the executed graphs' "without LMS" figures
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
@@ -158,7 +156,6 @@ class TensorFlowBackend:
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = plain = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
-        self._trace_order = None
         if graph is not None and batch is not None and self.order_backward:
             step, candidates = self._order_backward(graph, ops, step, candidates)
         if self.recompute == "only":
@@ -166,13 +163,7 @@ class TensorFlowBackend:
             notes.append(f"recompute='only': {len(recomputable)} of {len(candidates)} candidates can be computed "
                          "again from tensors the backward pass holds; the others stay on the device")
             candidates = [item for item in candidates if item.tensor.name in recomputable]
-        if batch is None:
-            notes.append("the batch size is unknown when TensorFlow traces this data and LMS found none in the fit "
-                         "call, so tensor sizes are unknown and nothing is swapped; pass batch_size_hint=...")
-        elif self.stats.batch_size_source != "the traced batch":
-            notes.append(f"TensorFlow traces this data with an unknown batch size (a last batch smaller than the "
-                         f"others, a generator, tf.data without drop_remainder): LMS planned for batches of {batch} "
-                         f"({self.stats.batch_size_source})")
+        notes += _messages.batch_notes(batch, self.stats.batch_size_source)
         started = time.perf_counter()
         try:
             plan = self._search(candidates, step.predicted_transient_peak)
@@ -193,7 +184,6 @@ class TensorFlowBackend:
                                          self.lb, self.host_device)
         ordered = attempt is not None and _ordering.lowers_the_peak(self.selection, (step, candidates), attempt)
         self._ordered[step.batch_size] = ordered
-        self._trace_order = attempt.ordered if ordered else None
         if self.stats.records is None:  # the stats are the first trace's
             self.stats.ordered_layers = len(attempt.ordered.groups) if ordered else 0
         if not ordered:
@@ -220,6 +210,7 @@ class TensorFlowBackend:
             return
         candidates, notes, step, input_bytes, plan, plain = self._traced_plan(ops, data, graph=graph,
                                                                               budget_fallback=True)
+        ops = step.ops  # with the backward order's joins, where it is ordered
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
         if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
@@ -231,14 +222,13 @@ class TensorFlowBackend:
             return
         batch = step.batch_size
         persistent = self._persistent_bytes()
-        ops = step.ops  # with the backward order's joins, where it is ordered
         without = plain.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
         with_swaps = None if self.recompute == "only" else step.replay(chosen_items, explain=True)
         records = self._insert(graph, ops, chosen_items, candidates)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
-        self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes)
-        self._step_order = self._trace_order
+        self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes,
+                                        step.ordered)
         # with LMS: the swaps replayed on the traced step, or the step with the clones in it, replayed as it is
         traced, swaps, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
                                    (self.step, [], self.step.replay([], explain=True)))
@@ -294,17 +284,7 @@ class TensorFlowBackend:
 
     def _record(self, records) -> None:
         """The swaps and recomputes as inserted: stats' records and plan rows."""
-        swaps = [r for r in records if isinstance(r, _rewrite_ops.SwapRecord)]
-        recomputes = [r for r in records if isinstance(r, _recompute.RecomputeRecord)]
-        self.stats.update({
-            "records": records, "swapped_tensors": len(swaps),
-            "swapped_bytes_per_step": sum(r.candidate.nbytes for r in swaps),
-            "recomputed_tensors": len(recomputes),
-            "recomputed_bytes_per_step": sum(r.candidate.nbytes for r in recomputes),
-            "plan": [{"action": "swap" if isinstance(r, _rewrite_ops.SwapRecord) else "recompute",
-                      "tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
-                      "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
-                     for r in records]})
+        self.stats.update(_recompute.records_stats(records))
 
     def _record_plan(self, plan: Plan) -> None:
         self.stats.update(plan_rule=plan.rule, plans_tried=(self.stats.plans_tried or 0) + plan.plans_tried,
@@ -342,8 +322,7 @@ class TensorFlowBackend:
             self._record(records)
         if not self._run_metadata and self.step is not None:  # the executed graphs to read are this trace's
             self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device,
-                                            self.step.input_bytes)
-            self._step_order = attempt.ordered if attempt is not None else None
+                                            self.step.input_bytes, attempt.ordered if attempt is not None else None)
         return True
 
     def first_step_done(self) -> Action:
@@ -361,7 +340,7 @@ class TensorFlowBackend:
         try:
             with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
                                                                      self._persistent(), self._layer_of,
-                                                                     self._optimizer_scope(), self._step_order)
+                                                                     self._optimizer_scope())
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
                                     f"replayed ({type(error).__name__}: {error})")

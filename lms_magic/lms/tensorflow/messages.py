@@ -60,3 +60,19 @@ def summary_line(stats: LmsStats, recompute, lb: int, device: str, host_device: 
                else "")
             + (f"; lean BatchNormalization gradient in {stats.lean_layers} layers" if stats.lean_layers else "")
             + (f"; backward pass one layer at a time ({stats.ordered_layers} layers)" if stats.ordered_layers else ""))
+
+
+def batch_notes(batch: int | None, source: str | None) -> list[str]:
+    """What the user should know about the batch size a plan was sized for (``source``: where it came from).
+
+    Example:
+        >>> batch_notes(32, "the traced batch"), len(batch_notes(None, None))
+        ([], 1)
+    """
+    if batch is None:
+        return ["the batch size is unknown when TensorFlow traces this data and LMS found none in the fit call, so "
+                "tensor sizes are unknown and nothing is swapped; pass batch_size_hint=..."]
+    if source != "the traced batch":
+        return [f"TensorFlow traces this data with an unknown batch size (a last batch smaller than the others, a "
+                f"generator, tf.data without drop_remainder): LMS planned for batches of {batch} ({source})"]
+    return []

@@ -44,7 +44,7 @@ def ordered_step(graph, start: int, step: TracedStep, layer_of, lb: int, host_de
         return None
     added = insert_order(graph, ordered)
     ops = graph.get_operations()[start:]
-    traced = TracedStep(ops, step.batch_size, host_device, step.input_bytes)
+    traced = TracedStep(ops, step.batch_size, host_device, step.input_bytes, ordered)
     candidates, _ = find_candidates(ops, layer_of, lb, step.batch_size, order=(rank_of(traced), ordered))
     return OrderedStep(ops, traced, candidates, ordered, added)
 

@@ -97,8 +97,9 @@ def _joins_when_ready(nodes: list[Node]) -> list[Node]:
 class TracedStep:
     """The ops of one traced train step, with sizes and program order."""
 
-    def __init__(self, ops, batch_size: int | None, host_device: str, input_bytes=()):
+    def __init__(self, ops, batch_size: int | None, host_device: str, input_bytes=(), ordered=None):
         self.ops = list(ops)
+        self.ordered = ordered  # the backward order (core.order.Ordered) inserted in these ops, or None
         self.batch_size = batch_size
         self.input_bytes = list(input_bytes)  # the batch's tensors, as the iterator yields them
         self._host = device_suffix(host_device)
@@ -226,9 +227,9 @@ def _without_order(nodes: list[Node], ordered) -> list[Node]:
 
 
 def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
-                   optimizer_scope: str | None, ordered=None) -> tuple[dict, dict, int]:
+                   optimizer_scope: str | None) -> tuple[dict, dict, int]:
     """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
-    order ``ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
+    order ``step.ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
     ``persistent``), and the count of unknown-size device nodes."""
     suffix = device_suffix(device)
     brought_back = swapped_in(partitions, suffix)
@@ -242,7 +243,7 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
     explained, unknown_count = [], 0
     for undo in (False, True):
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo)
-        nodes = _recomputes_just_in_time(_without_order(nodes, ordered) if undo else nodes)
+        nodes = _recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
         explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),

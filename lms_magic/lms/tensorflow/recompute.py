@@ -211,3 +211,19 @@ def insert_hybrid(graph, items, chains: dict[str, Recompute], ops_of_step, host_
                 for item, record in zip(swapped, records)}
     return records + insert_recomputes(graph, [chains[item.tensor.name] for item in items
                                                if item.tensor.name in chains], swap_ins)
+
+
+def records_stats(records: list) -> dict:
+    """``LmsStats`` fields for the swaps (rewrite.SwapRecord) and recomputes (RecomputeRecord) as inserted: the
+    records, counts and bytes of each action, and the plan's rows."""
+    swaps = [r for r in records if not isinstance(r, RecomputeRecord)]
+    recomputes = [r for r in records if isinstance(r, RecomputeRecord)]
+    return {
+        "records": records, "swapped_tensors": len(swaps),
+        "swapped_bytes_per_step": sum(r.candidate.nbytes for r in swaps),
+        "recomputed_tensors": len(recomputes),
+        "recomputed_bytes_per_step": sum(r.candidate.nbytes for r in recomputes),
+        "plan": [{"action": "recompute" if isinstance(r, RecomputeRecord) else "swap",
+                  "tensor": r.candidate.tensor, "layer": r.candidate.layer, "layer_type": r.candidate.layer_type,
+                  "shape": r.candidate.shape, "bytes": r.candidate.nbytes, "lb": r.hops, "trigger": r.trigger}
+                 for r in records]}

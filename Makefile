@@ -25,9 +25,11 @@ browser:
 # which model shows what). Keras fixes its backend per process: the PyTorch backend's tests run in a second pytest.
 # The tests run in parallel (pytest-xdist: a process a core, at most 4, idle ones taking tests from busy ones).
 TORCH_TESTS := tests/lms/torch lms_magic/lms/torch
+# The dashboard in the browser: JupyterLab here, the classic notebook too in test-colab.
 PARALLEL := -n auto --maxprocesses=4 --dist worksteal
+ONE_BROWSER := --deselect 'tests/test_browser.py::test_dashboard_renders_in_the_browser[notebook]'
 test: $(STAMP) browser
-	$(BIN)/python -m pytest $(PARALLEL) --durations=10
+	$(BIN)/python -m pytest $(PARALLEL) --durations=10 $(ONE_BROWSER)
 	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
 
 # Before a release: make test's tests and the `release` ones too: the full-size keras.applications models with both

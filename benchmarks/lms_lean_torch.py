@@ -31,7 +31,7 @@ from lms_magic import LMS  # noqa: E402
 MIB = 2**20
 
 
-def fit(name: str, size: int, batch: int, steps: int, callback=None):
+def fit(name: str, size: int, batch: int, steps: int, callback=None, *more_callbacks):
     keras.utils.set_random_seed(5)
     model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
                                               classifier_activation=None)
@@ -49,7 +49,7 @@ def fit(name: str, size: int, batch: int, steps: int, callback=None):
             losses.append(float(logs["loss"]))
 
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False,
-              callbacks=[Record()] + ([callback] if callback else []))
+              callbacks=[Record()] + ([callback] if callback else []) + list(more_callbacks))
     return losses, statistics.median(times[1:])
 
 

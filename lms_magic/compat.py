@@ -277,6 +277,32 @@ def graph_intermediates_released(plan: list) -> Iterator[None]:
             arguments.__dict__.pop("fill_in", None)
 
 
+@contextlib.contextmanager
+def layer_calls_replaced(layers: list, make: Callable) -> Iterator[None]:
+    """Inside the block each layer's ``call`` is ``make(layer, call)`` (an attribute of the instance, over its
+    class's); after it, each is exactly as before, however the block ends.
+
+    Example:
+        >>> import keras
+        >>> layer = keras.layers.ReLU()
+        >>> with layer_calls_replaced([layer], lambda layer, call: (lambda *args, **kwargs: "replaced")):
+        ...     inside = layer.call(None)
+        >>> inside, "call" in vars(layer)
+        ('replaced', False)
+    """
+    saved = [layer.__dict__.get("call", _MISSING) for layer in layers]
+    try:
+        for layer in layers:
+            object.__setattr__(layer, "call", make(layer, layer.call))
+        yield
+    finally:
+        for layer, call in zip(layers, saved):
+            if call is _MISSING:
+                layer.__dict__.pop("call", None)
+            else:
+                object.__setattr__(layer, "call", call)
+
+
 def current_keras_layer() -> tuple[str, str]:
     """The innermost Keras layer being called (name, class name), from Keras's name-scope stack; ("", "") outside."""
     from keras.src.backend.common import global_state

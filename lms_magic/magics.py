@@ -181,7 +181,7 @@ class LmsFitMagics(Magics):
               help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
     @argument("--recompute", choices=("off", "on", "only"), default="off",
               help="off (swap what the plan moves), on (recompute what can be from tensors on the device, swap the "
-                   "rest), only (recompute, never swap: nothing crosses the host link); TensorFlow")
+                   "rest), only (recompute, never swap: nothing crosses the host link)")
     @argument("--order-backward", action="store_true",
               help="run the backward pass one layer's gradient at a time where that lowers the predicted peak "
                    "(bit-identical; off by default: a predicted gain, not yet a measured one); TensorFlow, swaps")

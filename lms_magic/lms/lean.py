@@ -85,18 +85,6 @@ class LeanOps:
     def applied(self) -> Iterator[None]:
         """Inside the block the layers compute the lean gradient in training; after it, each is exactly as
         before, however the block ends."""
-        saved = [layer.__dict__.get("call", _MISSING) for layer in self.layers]
-        try:
-            for layer in self.layers:
-                object.__setattr__(layer, "call", lean_call(layer, self._normalize, self._traced,
-                                                                 self._statistics))
+        with compat.layer_calls_replaced(self.layers, lambda layer, call: lean_call(
+                layer, self._normalize, self._traced, self._statistics)):
             yield
-        finally:
-            for layer, call in zip(self.layers, saved):
-                if call is _MISSING:
-                    layer.__dict__.pop("call", None)
-                else:
-                    object.__setattr__(layer, "call", call)
-
-
-_MISSING = object()

@@ -5,11 +5,18 @@ saved activation, and the order in which they were saved and read back (predict.
 the peak of any set offloaded. The plan is the one rule (``core.plan.plan_swaps``: the capacity of the
 device where known, else the lowest predicted peak; a budget; or a count); later steps offload the plan's
 tensors only, and where it moves nothing the model trains with its own train function.
+
+With ``recompute`` (torch/recompute.py), the first step also notes what each cheap layer's call read, and
+watches the activations it does not offload; the plan recomputes the layers that keep fewer bytes for the
+backward pass at no higher predicted peak (``predict.choose_recomputes``), then offloads (``True``) or not
+(``"only"``: nothing is copied, in the first step either) on the step they make.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 
 from ... import compat
 from ...units import MIB, format_size
@@ -18,7 +25,8 @@ from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from .offload import OffloadEvent, TorchOffloader
-from .predict import SavedTensorStep
+from .predict import RecomputeChoice, SavedTensorStep, choose_recomputes
+from .recompute import InputRecorder, recomputable_layers, recomputed
 
 
 class TorchBackend:
@@ -42,6 +50,12 @@ class TorchBackend:
         self._reads: list = []  # the first step's backward reads, in order
         self._release_plan = compat.graph_release_plan(model)
         self._lean = None
+        self._recorder, self._recomputed = None, []
+        if options.recompute:
+            self._recorder = InputRecorder(recomputable_layers(model, options.selection), options.selection)
+            self.offloader.watch_all = True
+            if options.recompute == "only":
+                self.offloader.n_tensors = 0  # nothing crosses the host link, in the first step either
         if options.order_backward:
             stats.notes.append("order_backward is not available on PyTorch: the backward pass runs in autograd's "
                                "order")
@@ -56,6 +70,8 @@ class TorchBackend:
     def _watch(self, event: OffloadEvent) -> None:
         if event.kind == "read" and self.offloader.steps == 0:
             self._reads.append(event.candidate)
+        if self._recorder is not None and self.offloader.steps == 0:
+            self._recorder.observe(event)
         if self._observer is not None:
             self._observer(event)
 
@@ -67,43 +83,56 @@ class TorchBackend:
         """The model's graph lets go of each activation once its last reader has run, so an offloaded one's
         device memory is free before the forward pass ends (Keras would hold all of them to its end); with
         ``lean_ops``, its BatchNormalization layers lean while the step runs."""
+        first = self.offloader.steps == 0
         with compat.graph_intermediates_released(self._release_plan), \
-                (self._lean.applied() if self._lean is not None else contextlib.nullcontext()):
+                (self._lean.applied() if self._lean is not None else contextlib.nullcontext()), \
+                (self._recorder.recording() if first and self._recorder is not None else
+                 recomputed(self._recomputed) if self._recomputed else contextlib.nullcontext()):
             yield
 
     def first_step_done(self) -> Action:
         found = self.offloader.stats()
         found["notes"] = self.stats.notes + found["notes"]
         self.stats.update(found)
+        self.offloader.watch_all = False
         eligible = self.offloader.selection.eligible(self.offloader.candidates)
         if not eligible:
             return Action.KEEP
         try:
-            plan = self._plan(eligible)
+            plan, choice = self._plan(eligible)
         except BudgetError as error:  # measured only now: the probe's swaps stand, said
             self.stats.notes.append(f"the budget: {error}; every eligible activation stays offloaded")
+            self.offloader.n_tensors = -1
             return Action.KEEP
+        self._recomputed = [layer for layer in self._recorder.layers if layer.name in choice.layers] \
+            if choice is not None else []
         self.offloader.n_tensors = len(plan.moved)
         moved = list(plan.moved)
+        recomputed = choice.step.recomputed if self._recomputed else []
+        rows = [("swap", c) for c in moved] + [("recompute", c) for c in recomputed]
         self.stats.update(swapped_tensors=len(moved), swapped_bytes_per_step=plan.moved_bytes,
-                          plan=[{"tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type, "shape": c.shape,
-                                 "bytes": c.nbytes} for c in moved],
+                          recomputed_tensors=len(recomputed),
+                          recomputed_bytes_per_step=sum(c.nbytes for c in recomputed),
+                          plan=[{"action": action, "tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type,
+                                 "shape": c.shape, "bytes": c.nbytes} for action, c in rows],
                           plan_rule=plan.rule, budget_bytes=plan.budget_bytes, plans_tried=plan.plans_tried,
                           device_peak_bytes=plan.peak_bytes, device_peak_bytes_without_lms=plan.peak_bytes_without_lms,
                           peak_source="predicted", prediction_source=self._source)
         if plan.note:
             self.stats.notes.append(plan.note)
-        if not moved and self.options.n_tensors is PLANNED:
+        if not moved and not recomputed and self.options.n_tensors is PLANNED:
             why = ("the step fits the device" if plan.rule is Rule.FITS_DEVICE else
-                   "the step fits the budget" if plan.rule is Rule.BUDGET else "no offload lowers the predicted peak")
+                   "the step fits the budget" if plan.rule is Rule.BUDGET else
+                   "no offload or recompute lowers the predicted peak")
             self.stats.notes.append(f"{why} ({format_size(plan.peak_bytes)} predicted): nothing moves from the second "
                                     "step on, and the model trains with its own train function")
             self.stats.lean_layers = 0  # the model's own train function: Keras's BatchNormalization
             return Action.STEP_OUT
         return Action.KEEP
 
-    def _plan(self, eligible) -> Plan:
-        """The one rule on the first step's saved activations, their peak predicted by replaying them."""
+    def _plan(self, eligible) -> tuple[Plan, RecomputeChoice | None]:
+        """The one rule on the first step's saved activations, their peak predicted by replaying them; with
+        ``recompute``, on the step its chosen layers make (swaps alone where that is predicted lower)."""
         step = SavedTensorStep(eligible, self._reads, self.lb)
         persistent = _variables_bytes(self.model)
         offset, self._source = 0, "saved activations of the first step, replayed"
@@ -113,15 +142,51 @@ class TorchBackend:
                                                      eligible[:self.offloader.n_tensors])
             offset = max(0, measured - probe)
             self._source += f", plus {format_size(offset)} the allocator's first-step peak shows beyond them"
-        return plan_swaps(self.offloader.selection, eligible, step.transient_peak, persistent + offset,
-                          self.options.budget_bytes, self.stats.capacity_bytes)
+        selection, recompute = self.offloader.selection, self.options.recompute
+        budget, capacity = self.options.budget_bytes, self.stats.capacity_bytes
+        if recompute == "only":  # nothing is offloaded: the plan is the recomputes
+            selection, budget, capacity = dataclasses.replace(selection, n_tensors=0), None, None
+            if self.options.budget_bytes is not None:
+                self.stats.notes.append("recompute='only' on PyTorch recomputes what lowers the peak whatever the "
+                                        "budget; recompute=True offloads the rest to meet it")
+        plan_on = functools.partial(plan_swaps, selection, persistent_bytes=persistent + offset,
+                                    budget_bytes=budget, capacity_bytes=capacity)
+        if not recompute:
+            return plan_on(eligible, step.transient_peak), None
+        choice = choose_recomputes(eligible, self._reads, self._recorder.layer_inputs(), self.lb,
+                                   self.offloader.shared)
+        self.stats.notes.append(f"recompute={recompute!r}: {len(choice.layers)} of {len(self._recorder.layers)} "
+                                "cheap layers (normalizations, activations, dropout) recomputed, those that keep "
+                                "fewer bytes for the backward pass at no higher predicted peak")
+        try:
+            plan = plan_on(choice.saved, choice.step.transient_peak)
+        except BudgetError:
+            if recompute == "only":
+                raise
+            plan = None
+        if recompute is True and choice.layers:
+            swaps_alone = plan_on(eligible, step.transient_peak)
+            if plan is None or not _hybrid_kept(plan, swaps_alone):
+                self.stats.notes.append("the recomputes' plan " + (
+                    f"({format_size(plan.peak_bytes)} predicted) is above swaps alone "
+                    f"({format_size(swaps_alone.peak_bytes)})" if plan is not None else "does not fit the budget")
+                    + ": swaps alone")
+                return swaps_alone, None
+        plan = dataclasses.replace(plan, peak_bytes_without_lms=persistent + offset + step.transient_peak([]))
+        return plan, choice
 
     def summary_line(self) -> str:
         stats = self.stats
         peak = stats.device_peak_bytes
-        return (f"LMS (PyTorch): offloading {stats.swapped_tensors} of {stats.candidates} saved activations "
-                f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb} layers) to "
-                f"{'pinned ' if stats.pinned else ''}host memory; "
+        offloading = (f"offloading {stats.swapped_tensors} of {stats.candidates} saved activations "
+                      f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb} layers) to "
+                      f"{'pinned ' if stats.pinned else ''}host memory")
+        if stats.recomputed_tensors:
+            recomputing = (f"recomputing {stats.recomputed_tensors} saved activations in {len(self._recomputed)} "
+                           f"layers ({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step)")
+            offloading = recomputing + (f" and {offloading}" if stats.swapped_tensors else
+                                        ", nothing offloaded to host memory")
+        return (f"LMS (PyTorch): {offloading}; "
                 + (f"predicted {self.device} peak {peak / MIB:.1f} MiB with LMS, "
                    f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
                    if peak is not None else "no device peak predicted")
@@ -129,6 +194,13 @@ class TorchBackend:
 
     def close(self) -> None:
         self.offloader.close()
+
+
+def _hybrid_kept(hybrid: Plan, swaps_alone: Plan) -> bool:
+    """Whether the hybrid plan stands against swaps alone: a peak no higher, or, where a budget or the device's
+    capacity is the target, fitting it with fewer bytes over the host link."""
+    return hybrid.peak_bytes <= swaps_alone.peak_bytes or (
+        bool(hybrid.fits) and hybrid.moved_bytes < swaps_alone.moved_bytes)
 
 
 def _variables_bytes(model) -> int:

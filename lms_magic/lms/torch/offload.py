@@ -35,7 +35,6 @@ from typing import Callable
 import torch
 
 from ... import compat
-from ...units import MIB
 from ..core.plan import Candidate, Rule, Selection
 
 
@@ -171,7 +170,8 @@ class OffloadEvent:
 
     Attributes:
         kind: "offload" (copied to the host, its device memory free once the forward pass is done with
-            it), "copy_in" (its copy back to the device started) or "read" (the backward pass read it).
+            it), "copy_in" (its copy back to the device started), "read" (the backward pass read it), or
+            "watch" (saved and kept on the device, watched only: see ``TorchOffloader.watch_all``).
         candidate: the activation (its layer, shape, bytes, forward position).
         layer_index: the latest layer (in forward order) that saved a tensor on this storage.
         tensor: the device tensor: the one offloaded, the copy back, or the view the backward pass reads.
@@ -208,10 +208,16 @@ class TorchOffloader:
         self.n_tensors = -1 if budget_bytes is not None or selection.n_tensors is None else selection.n_tensors
         self.notes: list[str] = []
         self.steps = 0
-        self.candidates: list[Candidate] = []
+        self.candidates: list[Candidate] = []  # the eligible saved activations of the first step
+        self.last_candidates: list[Candidate] = []  # and of the latest step: what autograd kept
+        # the first step's candidates that other layers saved too: [(layer, how many candidates were saved before)]
+        self.shared: dict[str, list[tuple[str, int]]] = {}
         self.swapped: list[Candidate] = []
         self.peak_bytes: int | None = None
         self.other_devices: set[str] = set()  # where the saved activations that were not on `device` live
+        # the eligible activations beyond n_tensors stay on the device, but are told ("watch") and their reads
+        # too: the recompute plan's first step needs them all
+        self.watch_all = False
 
     # -- one step ------------------------------------------------------------------------------
     def run(self, train_step, data):
@@ -243,6 +249,7 @@ class TorchOffloader:
                 self.notes.append(f"no saved activation was on {self.device}: the model trains on "
                                   f"{', '.join(sorted(self.other_devices))}; leave `device` unset to offload from there")
         self.swapped = self._step_swapped
+        self.last_candidates = self._step_candidates
         self._waiting = []
         self._seen = {}
         self.steps += 1
@@ -265,6 +272,8 @@ class TorchOffloader:
             stored = stored_ref()
             if ref() is not None and stored is not None and stored.dtype == tensor.dtype:  # not a reused address
                 stored.layer_index = max(stored.layer_index, layer_index)
+                if self.steps == 0 and layer != stored.candidate.layer:
+                    self.shared.setdefault(stored.candidate.tensor, []).append((layer, self._index))
                 return _SavedView(stored, tensor, layer_index)
         flat = flat_storage(tensor)
         if flat is None:
@@ -276,9 +285,14 @@ class TorchOffloader:
             return tensor
         self._step_candidates.append(candidate)
         if self.n_tensors != -1 and len(self._step_swapped) >= self.n_tensors:
-            return tensor
-        stored = self._copy_out(flat, layer_index, candidate)
-        self._step_swapped.append(candidate)
+            if not self.watch_all:
+                return tensor
+            stored = _Stored(flat.numel(), flat.dtype, None, layer_index, candidate)
+            stored.device_flat = flat  # kept where it is
+            self._tell("watch", stored, flat)
+        else:
+            stored = self._copy_out(flat, layer_index, candidate)
+            self._step_swapped.append(candidate)
         # weak: once autograd has used the saved tensors of a layer's backward, the copy back is freed
         self._seen[key] = (weakref.ref(tensor.untyped_storage()), weakref.ref(stored))
         return _SavedView(stored, tensor, layer_index)
@@ -308,7 +322,7 @@ class TorchOffloader:
         stored = packed.stored
         self._prefetch(packed.layer_index - self.lb)
         self._copy_in(stored)
-        if self.cuda:
+        if self.cuda and stored.ready is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(stored.ready)  # compute never reads a buffer still in flight
             stored.device_flat.record_stream(current)

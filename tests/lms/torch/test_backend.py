@@ -159,11 +159,3 @@ def test_the_default_plan_never_predicts_above_no_lms(data):
     stats = callback.stats
     assert stats.plan_rule is Rule.LOWEST_PEAK and stats.peak_source == "predicted"
     assert stats.device_peak_bytes <= stats.device_peak_bytes_without_lms
-
-
-def test_recompute_only_is_not_built_on_torch_so_lms_stays_off_and_says_so(data):
-    plain, plain_history = train(cnn, data)
-    callback = LMS(recompute="only", min_bytes=0, verbose=0)
-    model, history = train(cnn, data, callback)
-    assert not callback.stats.active and "not available on PyTorch yet" in callback.stats.reason
-    assert history == plain_history and callback.stats.swapped_tensors == 0

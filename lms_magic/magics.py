@@ -160,12 +160,15 @@ class LmsFitMagics(Magics):
 
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell, **kwargs)
-        self.defaults = {"n_tensors": None, "lb": 1, "lean_ops": False, "order_backward": False}  # None: LMS plans; %lms_tune's Apply changes them
+        # None: LMS plans; %lms_tune's Apply changes them
+        self.defaults = {"n_tensors": None, "lb": 1, "lean_ops": False, "order_backward": False, "recompute": False}
 
-    def apply_defaults(self, n_tensors: int, lb: int, lean_ops: bool = False, order_backward: bool = False) -> None:
-        """Makes ``n_tensors``, ``lb``, ``lean_ops`` and ``order_backward`` the defaults of the following
-        ``%%lms_fit`` cells (%%lms_tune's Apply)."""
-        self.defaults = {"n_tensors": n_tensors, "lb": lb, "lean_ops": lean_ops, "order_backward": order_backward}
+    def apply_defaults(self, n_tensors: int, lb: int, lean_ops: bool = False, order_backward: bool = False,
+                       recompute=False) -> None:
+        """Makes ``n_tensors``, ``lb``, ``lean_ops``, ``order_backward`` and ``recompute`` the defaults of the
+        following ``%%lms_fit`` cells (%%lms_tune's Apply); ``--recompute`` in a cell wins."""
+        self.defaults = {"n_tensors": n_tensors, "lb": lb, "lean_ops": lean_ops, "order_backward": order_backward,
+                         "recompute": recompute}
 
     @magic_arguments()
     @argument("--n-tensors", type=int, default=None,
@@ -272,7 +275,8 @@ class LmsFitMagics(Magics):
                 whole_number("steps", args.steps, 1)
             options = LmsOptions(n_tensors=n_tensors, lb=lb, budget_bytes=args.budget, min_bytes=args.min_bytes,
                                  device=args.device, host_device=args.host_device,
-                                 recompute={"off": False, "on": True}.get(args.recompute, args.recompute),
+                                 recompute={"off": self.defaults["recompute"], "on": True}.get(args.recompute,
+                                                                                               args.recompute),
                                  lean_ops=args.lean_ops or self.defaults["lean_ops"],
                                  order_backward=args.order_backward or self.defaults["order_backward"])
             check_devices(options.device, options.host_device)

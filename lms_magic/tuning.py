@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .lms.core.plan import DEFAULT_MIN_BYTES, BudgetError
-from .lms.options import LmsOptions, whole_number
+from .lms.options import LmsOptions, OptionError, whole_number
 from .units import parse_bytes
 from .lms.core.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
 from .units import format_size
@@ -60,8 +60,9 @@ class TuningSession:
         steps: timed steps per measured trial.
         min_bytes, device, host_device: as for :class:`lms_magic.LMS`.
         bandwidth: a ``LinkBandwidth``; measured once per process if None.
-        lean_ops, order_backward: as for :class:`lms_magic.LMS` (``set_options`` changes them: the
-            predictions and trials follow). Default to False.
+        lean_ops, order_backward, recompute: as for :class:`lms_magic.LMS` (``set_options`` changes them:
+            the predictions and trials follow). Default to False; ``recompute`` takes False or "only" here
+            (``n_tensors`` then counts the tensors recomputed, and nothing crosses the host link).
 
     Raises:
         ValueError: not compiled, no data, an option's bad value (an ``OptionError``), or a budget
@@ -70,7 +71,7 @@ class TuningSession:
 
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
-                 bandwidth=None, lean_ops: bool = False, order_backward: bool = False):
+                 bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
         from .devices import check_devices, default_host
         from .lms.tensorflow.predictor import StepPredictor
         from .memory.bandwidth import host_link_bandwidth
@@ -79,43 +80,46 @@ class TuningSession:
         self.batch_size = whole_number("batch_size", batch_size, 1)
         whole_number("steps", steps, 1)
         options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget,
-                             lean_ops=lean_ops, order_backward=order_backward)
+                             lean_ops=lean_ops, order_backward=order_backward, recompute=_tunable(recompute))
         check_devices(options.device, options.host_device)
         samples = take_samples(data, 2)
-        self._predictors: dict[tuple[bool, bool], StepPredictor] = {}  # (lean_ops, order_backward) -> its predictor
-        self._new_predictor = lambda lean, order: StepPredictor(model, samples, options.selection,
-                                                                options.host_device or default_host(),
-                                                                order_backward=order, lean_ops=lean)
-        self.predictor = self._predictor_for(options.lean_ops, options.order_backward)
+        self._predictors: dict[tuple, StepPredictor] = {}  # (lean_ops, order_backward, recompute) -> its predictor
+        self._new_predictor = lambda lean, order, recompute: StepPredictor(
+            model, samples, options.selection, options.host_device or default_host(), order_backward=order,
+            lean_ops=lean, recompute=recompute)
+        self.predictor = self._predictor_for(options.lean_ops, options.order_backward, options.recompute)
         self.budget_bytes = None
         self.set_budget(options.budget_bytes)
         self.lms_options = {"min_bytes": options.min_bytes, "host_device": options.host_device,
                             "device": options.device, "lean_ops": options.lean_ops,
-                            "order_backward": options.order_backward}
+                            "order_backward": options.order_backward, "recompute": options.recompute}
         self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
         self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []
         self._estimated_compute: dict[int, float] = {}  # batch size -> the FLOP estimate's compute seconds
 
-    def _predictor_for(self, lean_ops: bool, order_backward: bool):
-        key = (lean_ops, order_backward)
+    def _predictor_for(self, lean_ops: bool, order_backward: bool, recompute):
+        key = (lean_ops, order_backward, recompute)
         if key not in self._predictors:
             self._predictors[key] = self._new_predictor(*key)
         return self._predictors[key]
 
-    def set_options(self, lean_ops: bool | None = None, order_backward: bool | None = None) -> None:
-        """Switches ``lean_ops`` and ``order_backward`` (None: as they are) for the predictions, the trials and
-        the ``LMS(...)`` call. The first prediction with a new pair traces the step again (once per batch size).
+    def set_options(self, lean_ops: bool | None = None, order_backward: bool | None = None, recompute=None) -> None:
+        """Switches ``lean_ops``, ``order_backward`` and ``recompute`` (False or "only"; None: as they are) for
+        the predictions, the trials and the ``LMS(...)`` call. The first prediction with new options traces the
+        step again (once per batch size).
 
         Raises:
-            OptionError: a value that is not True or False.
+            OptionError: a value the option does not take.
         """
-        options = LmsOptions(lean_ops=self.lms_options["lean_ops"] if lean_ops is None else lean_ops,
-                             order_backward=self.lms_options["order_backward"] if order_backward is None
-                             else order_backward)
-        self.lms_options.update(lean_ops=options.lean_ops, order_backward=options.order_backward)
-        self.predictor = self.runner.predictor = self._predictor_for(options.lean_ops, options.order_backward)
-        self.runner.options.update(lean_ops=options.lean_ops, order_backward=options.order_backward)
+        given = {"lean_ops": lean_ops, "order_backward": order_backward,
+                 "recompute": None if recompute is None else _tunable(recompute)}
+        chosen = {name: self.lms_options[name] if value is None else value for name, value in given.items()}
+        options = LmsOptions(**chosen)
+        self.lms_options.update(chosen)
+        self.predictor = self.runner.predictor = self._predictor_for(options.lean_ops, options.order_backward,
+                                                                     options.recompute)
+        self.runner.options.update(chosen)
 
     @property
     def persistent_bytes(self) -> int:
@@ -209,8 +213,20 @@ class TuningSession:
     def lms_call(self, setting: Setting) -> str:
         """The ``LMS(...)`` call for ``setting``, with the options that differ from the defaults."""
         defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": None, "device": None, "lean_ops": False,
-                    "order_backward": False}
+                    "order_backward": False, "recompute": False}
         return setting.lms_call(**{k: v for k, v in self.lms_options.items() if v != defaults[k]})
+
+
+def _tunable(recompute):
+    """``recompute`` as the tuner predicts it: False or "only" (the hybrid plan's is made while it trains).
+
+    Raises:
+        OptionError: True, or a value LMS does not take.
+    """
+    if recompute is False or recompute == "only":
+        return recompute
+    raise OptionError("recompute", recompute, "takes False or 'only' in %lms_tune (the hybrid plan, True, is "
+                      "chosen while a fit trains: use it in LMS(...) or %%lms_fit --recompute on)")
 
 
 def autotune(model, data, budget=None, max_trials: int = 12, batch_size: int = 32, steps: int = 5,

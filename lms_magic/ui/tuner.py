@@ -64,6 +64,8 @@ class Tuner:
         self.toggles = {  # the session's options: predictions, trials and the LMS(...) call follow them
             "lean_ops": widgets.Checkbox(session.lms_options["lean_ops"], description="lean_ops"),
             "order_backward": widgets.Checkbox(session.lms_options["order_backward"], description="order_backward"),
+            # recompute="only": n_tensors counts the tensors recomputed, and nothing crosses the host link
+            "recompute": widgets.Checkbox(session.lms_options["recompute"] == "only", description="recompute only"),
         }
         for toggle in self.toggles.values():
             toggle.observe(self._on_toggle, names="value")
@@ -116,13 +118,21 @@ class Tuner:
         self.refresh()
 
     def _on_toggle(self, change) -> None:
-        """A new ``lean_ops`` / ``order_backward``: the step traced again the first time (said while it runs)."""
+        """A new ``lean_ops`` / ``order_backward`` / ``recompute``: the step traced again the first time (said
+        while it runs)."""
         self.status.value = "tracing the step with the new options..."
-        self.session.set_options(**{name: toggle.value for name, toggle in self.toggles.items()})
+        self.session.set_options(**self.toggled())
         count = self.session.predictor.predict(-1, self.controls["lb"].value, self.controls["batch_size"].value)
         self.controls["n_tensors"].max = max(count.candidates, 1)
         self.status.value = ""
         self.refresh()
+
+    def toggled(self) -> dict:
+        """The toggles as LMS options: ``lean_ops``, ``order_backward`` (True or False), ``recompute`` ("only"
+        or False)."""
+        values = {name: toggle.value for name, toggle in self.toggles.items()}
+        values["recompute"] = "only" if values["recompute"] else False
+        return values
 
     def refresh(self) -> None:
         """Predicts for the sliders' values and redraws (nothing is trained)."""
@@ -137,18 +147,27 @@ class Tuner:
         e, budget = self.estimate, self.session.budget_bytes
         verdict = "" if e.fits is None else ("fits the budget" if e.fits else "<b>over the budget</b>")
         compute = "measure to know" if e.compute_s is None else f"{e.compute_s * 1e3:.1f} ms"
+        recompute = self.session.lms_options["recompute"] == "only"
         return (f"<table><tr><td>predicted peak</td><td><b>{e.peak_bytes / MIB:.1f} MiB</b> {verdict}</td></tr>"
                 f"<tr><td>without LMS</td><td>{e.peak_bytes_without_lms / MIB:.1f} MiB</td></tr>"
                 f"<tr><td>budget</td><td>{'none' if budget is None else f'{budget / MIB:.1f} MiB'}</td></tr>"
-                f"<tr><td>swapped</td><td>{e.swapped_tensors} of {e.candidates} tensors, "
-                f"{e.swapped_bytes_per_step / MIB:.1f} MiB out and back per step</td></tr>"
-                f"<tr><td>copy time</td><td>{e.transfer_s * 1e3:.1f} ms</td></tr>"
-                f"<tr><td>compute</td><td>{compute}</td></tr>"
-                f"<tr><td>step time &ge;</td><td>{e.lower_bound_s * 1e3:.1f} ms</td></tr>"
-                + ("" if e.step_ratio is None else
+                + (f"<tr><td>recomputed</td><td>{e.swapped_tensors} of {e.candidates} tensors that can be, "
+                   f"{self._recomputed_bytes() / MIB:.1f} MiB per step, nothing over the host link (their compute "
+                   "time is not predicted: Measure)</td></tr>" if recompute else
+                   f"<tr><td>swapped</td><td>{e.swapped_tensors} of {e.candidates} tensors, "
+                   f"{e.swapped_bytes_per_step / MIB:.1f} MiB out and back per step</td></tr>"
+                   f"<tr><td>copy time</td><td>{e.transfer_s * 1e3:.1f} ms</td></tr>")
+                + f"<tr><td>compute</td><td>{compute}</td></tr>"
+                + ("" if recompute else f"<tr><td>step time &ge;</td><td>{e.lower_bound_s * 1e3:.1f} ms</td></tr>")
+                + ("" if e.step_ratio is None or recompute else
                    f"<tr><td>predicted step time</td><td><b>{e.step_ratio - 1:+.0%}</b> "
                    f"(compute {e.compute_source})</td></tr>")
                 + "</table>")
+
+    def _recomputed_bytes(self) -> int:
+        setting = self.setting()
+        return self.session.predictor.predict(setting.n_tensors, setting.lb,
+                                              setting.batch_size).recomputed_bytes_per_step
 
     def _draw_makeup(self) -> None:
         """The predicted peak's make-up, without LMS and with the sliders' setting, and its largest tensors."""
@@ -279,11 +298,11 @@ class Tuner:
     def apply(self) -> str:
         """Makes the sliders' setting the default of the next %%lms_fit; returns the LMS(...) call."""
         setting = self.setting()
-        toggles = {name: toggle.value for name, toggle in self.toggles.items()}
+        toggles = self.toggled()
         if self.on_apply is not None:
             self.on_apply(setting.n_tensors, setting.lb, **toggles)
         self.applied = self.session.lms_call(setting)
-        chosen = "".join(f", {name}=True" for name, on in toggles.items() if on)
+        chosen = "".join(f", {name}={on!r}" for name, on in toggles.items() if on)
         self.status.value = (f"applied: the next %%lms_fit uses n_tensors={setting.n_tensors}, lb={setting.lb}{chosen}. "
                              f"In a script: <code>{html.escape(self.applied)}</code>")
         print(self.applied)

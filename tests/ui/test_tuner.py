@@ -126,6 +126,38 @@ def test_the_toggles_switch_the_predictions_the_trials_and_the_next_lms_fit(tuni
     assert tuner.estimate.peak_bytes == keras_prediction.peak_bytes  # Keras's own again (its trace kept)
 
 
+def test_recompute_only_predicts_recomputes_without_traffic_and_the_next_lms_fit_recomputes(tuning_data, devices,
+                                                                                           shell):
+    from lms_magic.lms.options import OptionError
+    from lms_magic.tuning import TuningSession
+    from tests.models import residual_bn_dropout
+
+    fit_magics = shell.magics_manager.registry["LmsFitMagics"]
+    model = residual_bn_dropout()
+    session = TuningSession(model, tuning_data, batch_size=16, steps=1, min_bytes=0, device=ACCELERATOR,
+                            host_device=HOST)
+    tuner = Tuner(session, on_apply=fit_magics.apply_defaults)
+    swap_candidates = tuner.estimate.candidates
+    tuner.toggles["recompute"].value = True
+    assert session.predictor.recompute == "only" and session.runner.options["recompute"] == "only"
+    tuner.controls["n_tensors"].value = tuner.controls["n_tensors"].max
+    estimate = tuner.estimate
+    assert 0 < estimate.candidates < swap_candidates  # those a cheap chain can compute again
+    assert estimate.swapped_bytes_per_step == 0 and estimate.transfer_s == 0
+    assert estimate.peak_bytes < estimate.peak_bytes_without_lms
+    assert "nothing over the host link" in tuner.prediction_html.value
+    code = tuner.apply()
+    assert "recompute='only'" in code and fit_magics.defaults["recompute"] == "only"
+    shell.user_ns.update(model=model, x=tuning_data[0], y=tuning_data[1])
+    result = shell.run_cell_magic("lms_fit", f"-q -o --device {ACCELERATOR} --host-device {HOST} --min-bytes 0 "
+                                  "--steps 1", "model.fit(x, y, batch_size=16, verbose=0)")
+    stats = result.variants[-1].lms_stats
+    assert stats["recomputed_tensors"] > 0 and stats["swapped_tensors"] == 0
+    fit_magics.apply_defaults(None, 1)  # as a new session starts
+    with pytest.raises(OptionError, match="takes False or 'only' in %lms_tune"):
+        session.set_options(recompute=True)
+
+
 @pytest.mark.parametrize("package, variable", [("ipywidgets", "LMS_MAGIC_EXPECT_IPYWIDGETS"),
                                                ("IPython", "LMS_MAGIC_EXPECT_IPYTHON")])
 def test_the_run_uses_the_versions_it_says(package, variable):

@@ -23,6 +23,7 @@ from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
 from .predict import TracedStep, persistent_tensors
+from .recompute import plan_recomputes
 from .rewrite import find_candidates, layer_resolver
 
 
@@ -38,6 +39,7 @@ class Prediction:
     swapped_bytes_per_step: int  # copied out, and the same again copied back in
     candidates: int
     persistent_bytes: int
+    recomputed_bytes_per_step: int = 0  # with recompute="only": computed again on the device, never copied
 
 
 def _specs(sample, batch_size: int):
@@ -62,6 +64,9 @@ class StepPredictor:
         order_backward: the backward pass one layer at a time where that lowers the peak with every
             eligible candidate swapped, as ``LMS(order_backward=True)`` decides it (at lb=1). Defaults to False.
         lean_ops: the step traced with ``LMS(lean_ops=True)``'s BatchNormalization gradient. Defaults to False.
+        recompute: "only" predicts ``LMS(recompute="only")``: the candidates are those that can be computed
+            again from tensors the backward pass holds (``recompute.plan_recomputes``), the first
+            ``n_tensors`` of them recomputed, nothing copied. Defaults to False (swaps).
 
     Raises:
         ValueError: the model is not compiled, or the sample has no batch.
@@ -78,8 +83,9 @@ class StepPredictor:
     """
 
     def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0",
-                 order_backward: bool = False, lean_ops: bool = False):
+                 order_backward: bool = False, lean_ops: bool = False, recompute=False):
         compiled_model(model)
+        self.recompute = recompute
         self.selection = selection or Selection()
         self.host_device = host_device
         self.model, self.sample = model, sample
@@ -124,6 +130,9 @@ class StepPredictor:
         if key not in self._candidates:
             found, _ = find_candidates(self.trace(batch_size).ops, self._layer_of, lb, batch_size,
                                        order=self._orders.get(batch_size))
+            if self.recompute == "only":  # as the backend plans it: the recomputable ones, in forward order
+                recomputable = plan_recomputes(found, self.trace(batch_size).ops)
+                found = [item for item in found if item.tensor.name in recomputable]
             by_tensor = {item.candidate.tensor: item for item in found}
             self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
         return self._candidates[key]
@@ -155,9 +164,11 @@ class StepPredictor:
             return self.planned(lb, batch_size)
         eligible = self.candidates(lb, batch_size)
         count = len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
+        moved = sum(item.candidate.nbytes for item in eligible[:count])
+        recomputed = self.recompute == "only"
         return Prediction(batch_size, count, lb, self._peak(lb, batch_size, count), self._peak(lb, batch_size, 0),
-                          sum(item.candidate.nbytes for item in eligible[:count]), len(eligible),
-                          self.persistent_bytes)
+                          0 if recomputed else moved, len(eligible), self.persistent_bytes,
+                          moved if recomputed else 0)
 
     def fewest_swaps(self, budget_bytes: int, lb: int = 1, batch_size: int = 32) -> int:
         """The fewest tensors to swap for a predicted peak within ``budget_bytes``.

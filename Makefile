@@ -22,21 +22,25 @@ browser:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || true
 
 # Every behaviour's test, the real architectures at their smallest (tests/lms/tensorflow/test_real_models.py says
-# which model shows what). Keras fixes its backend per process: the PyTorch backend's tests run in a second pytest.
+# which model shows what). Keras fixes its backend per process: the PyTorch and JAX backends' tests run in pytests of
+# their own.
 # The tests run in parallel (pytest-xdist: a process a core, at most 4, idle ones taking tests from busy ones).
 TORCH_TESTS := tests/lms/torch lms_magic/lms/torch
+JAX_TESTS := tests/lms/jax lms_magic/lms/jax
 # The dashboard in the browser: JupyterLab here, the classic notebook too in test-colab.
 PARALLEL := -n auto --maxprocesses=4 --dist worksteal
 ONE_BROWSER := --deselect 'tests/test_browser.py::test_dashboard_renders_in_the_browser[notebook]'
 test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PARALLEL) --durations=10 $(ONE_BROWSER)
 	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
+	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
 # Before a release: make test's tests and the `release` ones too: the full-size keras.applications models with both
 # optimizers, all 60 seeded fault cases, the 120-call soak.
 test-all: $(STAMP) browser
 	LMS_SOAK_CALLS=120 $(BIN)/python -m pytest $(PARALLEL) --durations=10 -m "release or not release"
-	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
+	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings -m "release or not release"
+	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
 # What depends on the TensorFlow / Keras version (the rewrite, the backend, the callback, the magics, one real
 # model), run again by test-oldest and test-colab; the pure modules and the rest run once, in make test.

@@ -86,8 +86,9 @@ def check_versions(backend: str) -> None:
 
 
 @contextlib.contextmanager
-def train_step_replaced(model, train_step: Callable) -> Iterator[None]:
-    """``model.train_step`` is ``train_step`` and XLA is off inside the block; exactly as before after it.
+def train_step_replaced(model, train_step: Callable, jit_off: bool = True) -> Iterator[None]:
+    """``model.train_step`` is ``train_step`` and XLA is off (``jit_off``) inside the block; exactly as before
+    after it.
 
     Keras reads ``train_step`` when it makes the train function (Keras 3.15) or
     when it traces it (Keras 3.5), and ``jit_compile`` when it makes it, so
@@ -96,7 +97,8 @@ def train_step_replaced(model, train_step: Callable) -> Iterator[None]:
     saved_step = model.__dict__.get("train_step", _MISSING)
     saved_jit = model._jit_compile
     object.__setattr__(model, "train_step", train_step)
-    model._jit_compile = False
+    if jit_off:
+        model._jit_compile = False
     try:
         yield
     finally:

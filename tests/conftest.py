@@ -48,12 +48,13 @@ def _gpu_available() -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    """The PyTorch backend's tests (tests/lms/torch, lms_magic/lms/torch) run in their own pytest run with
-    KERAS_BACKEND=torch (Keras picks one backend a process, and the TensorFlow run stays free of PyTorch)."""
+    """The PyTorch and JAX backends' tests (tests/lms/torch, lms_magic/lms/torch; tests/lms/jax,
+    lms_magic/lms/jax) run in their own pytest runs with KERAS_BACKEND=torch or jax (Keras picks one backend a
+    process, and the TensorFlow run stays free of PyTorch and JAX)."""
     parts = collection_path.parts
-    torch_only = "torch" in parts and "lms" in parts
-    if torch_only and os.environ.get("KERAS_BACKEND") != "torch":
-        return True
+    for backend in ("torch", "jax"):
+        if backend in parts and "lms" in parts and os.environ.get("KERAS_BACKEND") != backend:
+            return True
     return None
 
 

@@ -142,12 +142,20 @@ class LMS(keras.callbacks.Callback):
     verbose = property(lambda self: self.options.verbose)
     selection = property(lambda self: self.options.selection)
 
+    @property
+    def _keras_model(self):
+        """The model, as Keras set it: on JAX, Keras's ``model`` property writes the fit's state back into the
+        model's variables, and inside a step that write would hand the variables the buffers the jitted step is
+        about to donate."""
+        return self._model
+
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self._restore()
-        LmsTrainFunction.remove_from(self.model)  # left by a fit that ended between a batch begin and its step
+        LmsTrainFunction.remove_from(self._keras_model)  # left by a fit that ended between a batch begin and its step
         name = keras.backend.backend()
-        self.stats = LmsStats(backend=name if name in ("tensorflow", "torch") and self._make_backend is None else None,
+        self.stats = LmsStats(backend=name if name in ("tensorflow", "torch", "jax") and self._make_backend is None
+                              else None,
                               budget_bytes=self.options.budget_bytes)
         batch_size, source = compat.fit_batch_size(compat.calling_frames(depth=12))
         self.stats.update(batch_size=batch_size, batch_size_source=source)
@@ -156,12 +164,12 @@ class LMS(keras.callbacks.Callback):
             make = self._framework_backend(name, options)
             if make is None:
                 return
-        self.stats.notes += options.selection.unknown_names(compat.layer_types(self.model))
+        self.stats.notes += options.selection.unknown_names(compat.layer_types(self._keras_model))
         if options.n_tensors == 0 and options.budget_bytes is None:
             self.stats.reason = "n_tensors=0: LMS is off"
             return
-        self._backend = make(self.model, options, self.stats)
-        self._install(self._backend.train_step(self.model.train_step), self._backend.jit_note)
+        self._backend = make(self._keras_model, options, self.stats)
+        self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
 
     def _resolved_options(self, name: str) -> LmsOptions:
         """The options with the devices checked and filled in (the accelerator LMS relieves, the host), and the
@@ -169,6 +177,9 @@ class LMS(keras.callbacks.Callback):
         from .. import devices
 
         options = self.options
+        if name == "jax":
+            self.stats.capacity_bytes = _jax_capacity_bytes()
+            return options
         if name not in ("tensorflow", "torch"):
             return options
         devices.check_devices(options.device, options.host_device, name)
@@ -180,11 +191,15 @@ class LMS(keras.callbacks.Callback):
 
     def _framework_backend(self, name: str, options: LmsOptions) -> BackendFactory | None:
         """The engine of Keras's backend (None: LMS stays off, and ``stats.reason`` says why)."""
-        if name not in ("tensorflow", "torch"):
+        if name not in ("tensorflow", "torch", "jax"):
             from .jax.backend import unsupported_message
 
             raise RuntimeError(unsupported_message(name))
         compat.check_versions(name)
+        if name == "jax":
+            from .jax.backend import JaxBackend
+
+            return JaxBackend
         if name == "torch":
             from .torch.backend import TorchBackend
 
@@ -209,11 +224,11 @@ class LMS(keras.callbacks.Callback):
             return
         action = self._backend.first_step_done()
         if action is Action.RETRACE:  # the next step traces the backend's new plan, and is checked in turn
-            self._install(self._backend.train_step(self.model.train_step), self._backend.jit_note)
+            self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
             return
         self._summary_due = False
         if action is Action.STEP_OUT:
-            LmsTrainFunction.remove_from(self.model)
+            LmsTrainFunction.remove_from(self._keras_model)
             self._function = None
             self.stats.jit_compile_off = False
         if self.stats.active:
@@ -239,14 +254,15 @@ class LMS(keras.callbacks.Callback):
         (an exception in a callback, the data or the step, an interrupt)
         leaves them as they were.
         """
-        model = self.model
-        if compat.jit_compile_requested(model) and jit_note not in self.stats.notes:
+        model = self._keras_model
+        self._jit_off = not getattr(self._backend, "keeps_jit", False)
+        if self._jit_off and compat.jit_compile_requested(model) and jit_note not in self.stats.notes:
             self.stats.notes.append(jit_note)
             self.stats.jit_compile_off = True
         self._lms_step = train_step
         plain = model.train_function
         try:
-            with compat.train_step_replaced(model, train_step):
+            with compat.train_step_replaced(model, train_step, self._jit_off):
                 model.make_train_function(force=True)
                 made = model.train_function
         finally:
@@ -263,7 +279,7 @@ class LMS(keras.callbacks.Callback):
         trains: Keras tells callbacks nothing then.)
         """
         try:
-            with compat.train_step_replaced(self.model, self._lms_step), self._backend.step_scope():
+            with compat.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
                 self.stats.steps += 1
                 yield
         except BaseException:
@@ -282,7 +298,18 @@ class LMS(keras.callbacks.Callback):
         """Ends this callback's fit: the model's own train function is back, the backend's resources released."""
         function, self._function = self._function, None
         if function is not None:
-            function.remove_from(self.model)
+            function.remove_from(self._keras_model)
         backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
+
+
+def _jax_capacity_bytes() -> int | None:
+    """The memory JAX's default device may use (a GPU's or TPU's ``bytes_limit``); None where it says nothing (a CPU)."""
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # a platform without memory statistics
+        return None
+    return stats.get("bytes_limit")

@@ -1,32 +1,219 @@
-"""LMS on Keras's JAX backend: not yet. What is missing, said exactly.
+"""The JAX backend of the ``LMS`` callback: layer outputs offloaded to pinned host memory by XLA.
 
-JAX can offload saved residuals itself: ``jax.checkpoint`` with the policy
-``jax.checkpoint_policies.save_and_offload_only_these_names(..., offload_src="device",
-offload_dst="pinned_host")`` moves the activations named with
-``jax.ad_checkpoint.checkpoint_name`` to pinned host memory and back. Using it
-from Keras needs two things that Keras 3's JAX trainer does not expose: a way
-to wrap ``compute_loss_and_updates`` (which its jitted ``train_step`` passes to
-``jax.value_and_grad``) in ``jax.checkpoint``, and a way to name each layer's
-output with ``checkpoint_name`` inside the traced call. Patching both is
-possible, but it could not be checked on a GPU while this was written, so
-``LMS`` refuses the JAX backend instead of pretending.
+Keras's JAX trainer differentiates ``compute_loss_and_updates`` with ``jax.value_and_grad`` inside its
+jitted ``train_step``. While LMS's train step is traced (once per batch shape, as Keras's own), the
+model's ``compute_loss_and_updates`` is wrapped in ``jax.checkpoint`` with a policy that offloads the
+planned layers' outputs (``Offloadable(src="device", dst="pinned_host")``; with ``recompute="only"``,
+``Recompute``) and saves everything else as without LMS, and each layer's output is named for it with
+``jax.ad_checkpoint.checkpoint_name``; both are the model's again once the trace is done, whatever ends
+it. The plan is made in that trace, before the step runs: the jaxpr of the step with every output named
+and saveable is replayed (``predict.JaxStep``) for the peak of any set offloaded, and the one rule of
+``core.plan.plan_swaps`` chooses (candidates in forward order: a layer's outputs, every call of it).
+The values are copied, never changed, and a recomputed layer runs the same operations again.
 """
 
 from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+from ... import compat
+from ...units import MIB, format_size
+from ..backend import Action
+from ..core.plan import BudgetError, plan_swaps
+from ..core.stats import LmsStats
+from ..options import LmsOptions
+
+PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
+                     "output held to its last reader; XLA fuses and keeps fewer)")
 
 
 def unsupported_message(backend: str) -> str:
     """The error ``LMS`` raises on a backend it cannot offload on.
 
     Example:
-        >>> "KERAS_BACKEND=torch" in unsupported_message("jax")
+        >>> "KERAS_BACKEND=jax" in unsupported_message("numpy")
         True
     """
-    if backend == "jax":
-        return ("LMS does not offload on Keras's JAX backend yet: Keras's JAX trainer gives no hook to wrap "
-                "compute_loss_and_updates in jax.checkpoint with an offload policy "
-                "(jax.checkpoint_policies.save_and_offload_only_these_names, offload_dst='pinned_host') nor to "
-                "name layer outputs with checkpoint_name. Train with KERAS_BACKEND=torch or tensorflow, or call "
-                "jax.checkpoint with that policy in your own JAX training loop.")
-    return (f"LMS runs on Keras's TensorFlow and PyTorch backends; this Keras uses {backend!r}: set "
-            "KERAS_BACKEND=torch or tensorflow before importing keras")
+    return (f"LMS runs on Keras's TensorFlow, PyTorch and JAX backends; this Keras uses {backend!r}: set "
+            "KERAS_BACKEND=jax, torch or tensorflow before importing keras")
+
+
+def _tree_arrays(tree):
+    import jax
+
+    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if hasattr(leaf, "shape")]
+
+
+class JaxBackend:
+    """One fit's LMS on the JAX backend, for the ``LMS`` callback (see the module's docstring).
+
+    Args:
+        model: the model being trained.
+        options: the LMS options.
+        stats: the fit's stats, filled in when the step is traced.
+    """
+
+    jit_note = ""
+    keeps_jit = True  # the offload is XLA's, in the jitted step: the model's jit_compile stands
+
+    def __init__(self, model, options: LmsOptions, stats: LmsStats):
+        self.model, self.options, self.stats = model, options, stats
+        self.recompute = options.recompute
+        self.offloaded: dict[tuple, frozenset] = {}  # the step's input shapes -> the layers planned for them
+        self.traces = 0
+        self._layer_types = {layer.name: type(layer).__name__ for layer in compat.layers_of(model)}
+        if options.recompute is True:
+            stats.notes.append("recompute=True is not built on JAX: the plan offloads (recompute='only' recomputes)")
+            self.recompute = False
+        for option in ("lean_ops", "order_backward"):
+            if getattr(options, option):
+                stats.notes.append(f"{option} is not available on JAX: XLA computes and orders the step")
+        stats.update(active=True, backend="jax", lb_counts="XLA's schedule", pinned=True)
+        if options.lb != 1:
+            stats.notes.append(f"lb={options.lb} is not honoured on JAX: XLA schedules the copies back")
+
+    # -- the trace --------------------------------------------------------------------------------
+    def train_step(self, original):
+        def step(state, data):
+            with self._traced():
+                return original(state, data)
+
+        return step
+
+    @contextlib.contextmanager
+    def _traced(self):
+        """While the step is traced: the model's compute_loss_and_updates under jax.checkpoint, and its
+        layers' outputs named; both the model's again after it."""
+        model = self.model
+        plain = model.__dict__.get("compute_loss_and_updates", _MISSING)
+        original = model.compute_loss_and_updates
+        layers = [layer for layer in compat.layers_of(model) if not getattr(layer, "_layers", None)]  # leaves
+        try:
+            object.__setattr__(model, "compute_loss_and_updates", self._checkpointed(original))
+            with compat.layer_calls_replaced(layers, _named_call):
+                yield
+        finally:
+            if plain is _MISSING:
+                model.__dict__.pop("compute_loss_and_updates", None)
+            else:
+                object.__setattr__(model, "compute_loss_and_updates", plain)
+
+    def _checkpointed(self, original):
+        import jax
+
+        def compute(trainable, non_trainable, metrics, x, y, sample_weight, training=False, optimizer_variables=None):
+            def inner(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables):
+                return original(trainable, non_trainable, metrics, x, y, sample_weight, training=training,
+                                optimizer_variables=optimizer_variables)
+
+            args = (trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables)
+            if not training:
+                return inner(*args)
+            chosen = self._plan(inner, args)
+            return jax.checkpoint(inner, policy=self._policy(chosen))(*args)
+
+        return compute
+
+    def _policy(self, chosen: frozenset):
+        from jax.ad_checkpoint import Offloadable, Recompute, Saveable
+
+        moved = Recompute if self.recompute == "only" else Offloadable(src="device", dst="pinned_host")
+
+        def policy(primitive, *_, **params):
+            if primitive.name == "name" and params.get("name") in chosen:
+                return moved
+            return Saveable
+
+        return policy
+
+    # -- the plan --------------------------------------------------------------------------------
+    def _plan(self, inner, args) -> frozenset:
+        import jax
+
+        from .predict import JaxStep
+
+        key = tuple((tuple(a.shape), str(a.dtype)) for a in _tree_arrays(args[3:6]))
+        if key in self.offloaded:
+            return self.offloaded[key]
+        self.traces += 1
+        specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape")
+                                       else a, args)
+        saveable = jax.checkpoint(inner, policy=lambda *_, **__: True)
+        grad = jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True)
+        held = len(_tree_arrays(args[:3]))  # the variables: held through the step anyway
+        jaxpr = jax.make_jaxpr(grad)(*specs)
+        step = JaxStep(jaxpr, held, self._layer_types)
+        eligible = self.options.selection.eligible(step.candidates)
+        persistent = self._persistent_bytes(args)
+        selection, budget = self.options.selection, self.options.budget_bytes
+        try:
+            plan = plan_swaps(selection, eligible, step.transient_peak, persistent, budget, self.stats.capacity_bytes)
+        except BudgetError as error:
+            self.stats.notes.append(f"the budget: {error}; every eligible layer output is offloaded")
+            plan = plan_swaps(dataclasses.replace(selection, n_tensors=-1), eligible, step.transient_peak, persistent)
+        chosen = frozenset(c.layer for c in plan.moved)
+        self.offloaded[key] = chosen
+        moved = list(plan.moved)
+        action = "recompute" if self.recompute == "only" else "swap"
+        self.stats.update(candidates=len(step.candidates), plan_rule=plan.rule, plans_tried=plan.plans_tried,
+                          budget_bytes=plan.budget_bytes, device_peak_bytes=plan.peak_bytes,
+                          device_peak_bytes_without_lms=plan.peak_bytes_without_lms, peak_source="predicted",
+                          prediction_source=PREDICTION_SOURCE,
+                          plan=[{"action": action, "tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type,
+                                 "shape": c.shape, "bytes": c.nbytes} for c in moved])
+        if action == "recompute":
+            self.stats.update(recomputed_tensors=len(moved), recomputed_bytes_per_step=plan.moved_bytes,
+                              swapped_tensors=0, swapped_bytes_per_step=0)
+        else:
+            self.stats.update(swapped_tensors=len(moved), swapped_bytes_per_step=plan.moved_bytes)
+        if plan.note:
+            self.stats.notes.append(plan.note)
+        if any(eqn.primitive.name in ("scan", "while") for eqn in jaxpr.jaxpr.eqns):
+            self.stats.notes.append("the step has loops (scan, while): outputs inside them are not offloaded "
+                                    "(XLA has skipped offloads under scan with remat: jax#23869)")
+        return chosen
+
+    def _persistent_bytes(self, args) -> int:
+        import numpy as np
+
+        arrays = _tree_arrays(args[:3]) + _tree_arrays(args[6])
+        return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays)
+
+    # -- the callback's contract --------------------------------------------------------------------
+    def step_scope(self):
+        return contextlib.nullcontext()
+
+    def first_step_done(self) -> Action:
+        return Action.KEEP
+
+    def summary_line(self) -> str:
+        stats = self.stats
+        moved = stats.recomputed_tensors if self.recompute == "only" else stats.swapped_tensors
+        what = (f"recomputing {moved} of {stats.candidates} layer outputs "
+                f"({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step)" if self.recompute == "only" else
+                f"offloading {moved} of {stats.candidates} layer outputs ({stats.swapped_bytes_per_step / MIB:.1f} "
+                "MiB per step) to pinned host memory")
+        peak = stats.device_peak_bytes
+        return (f"LMS (JAX): {what}; " + (
+            f"predicted device peak {format_size(peak)} with LMS, {format_size(stats.device_peak_bytes_without_lms)} "
+            f"without ({stats.prediction_source})" if peak is not None else "no device peak predicted"))
+
+    def close(self) -> None:
+        pass
+
+
+def _named_call(layer, call):
+    """``call`` with each array it returns named after the layer (``checkpoint_name``)."""
+    import jax
+    from jax.ad_checkpoint import checkpoint_name
+
+    def named(*args, **kwargs):
+        outputs = call(*args, **kwargs)
+        return jax.tree_util.tree_map(
+            lambda leaf: checkpoint_name(leaf, layer.name) if isinstance(leaf, jax.Array) else leaf, outputs)
+
+    return named
+
+
+_MISSING = object()

@@ -1,0 +1,105 @@
+"""LMS on Keras's JAX backend (KERAS_BACKEND=jax; ``make test`` runs it): layer outputs offloaded to pinned host
+memory (or recomputed) by XLA inside the jitted step, the same math, a predicted peak, the model left plain."""
+
+import keras
+import numpy as np
+import pytest
+
+from lms_magic import LMS
+from lms_magic.lms.core.plan import Rule
+
+from ..torch.models import cnn, images, residual_bn_dropout, train
+
+
+def transformer(seed=4):
+    """One Transformer encoder block: self-attention and a GELU feed-forward, each with a residual sum and
+    LayerNormalization."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Dense(32)(keras.layers.Reshape((16, 48))(inputs))
+    x = keras.layers.LayerNormalization()(x + keras.layers.MultiHeadAttention(2, 16)(x, x))
+    feed = keras.layers.Dense(32)(keras.layers.Dense(64, activation="gelu")(x))
+    x = keras.layers.LayerNormalization()(x + feed)
+    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def assert_model_plain(model):
+    assert "compute_loss_and_updates" not in vars(model) and "train_step" not in vars(model)
+    assert not any("call" in vars(layer) for layer in model._flatten_layers(include_self=False))
+
+
+@pytest.mark.parametrize("build, recompute", [(cnn, False), (residual_bn_dropout, False), (transformer, False),
+                                               (residual_bn_dropout, "only")])
+def test_every_layer_output_moved_trains_as_without_lms_at_a_lower_predicted_peak(build, recompute, data):
+    plain, plain_history = train(build, data, epochs=1)
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0, recompute=recompute)
+    model, history = train(build, data, callback, epochs=1)
+    stats = callback.stats
+    np.testing.assert_allclose(history["loss"], plain_history["loss"], rtol=1e-6)
+    # absolute too: an attention key's bias has a zero gradient but for rounding (softmax ignores a shift), and
+    # Adam makes steps of that noise (4e-6 apart here)
+    for a, b in zip(plain.variables, model.variables, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=a.path)
+    moved = stats.recomputed_tensors if recompute else stats.swapped_tensors
+    assert stats.active and stats.backend == "jax" and moved == stats.candidates > 0
+    assert {row["action"] for row in stats.plan} == {"recompute" if recompute else "swap"}
+    assert stats.peak_source == "predicted" and "jaxpr" in stats.prediction_source
+    assert stats.device_peak_bytes < stats.device_peak_bytes_without_lms
+    assert_model_plain(model)
+
+
+def test_the_default_plan_is_the_lowest_predicted_peak_and_never_above_no_lms(data):
+    callback = LMS(min_bytes=0, verbose=0)
+    train(residual_bn_dropout, data, callback, epochs=1)
+    stats = callback.stats
+    assert stats.plan_rule is Rule.LOWEST_PEAK
+    assert stats.device_peak_bytes < stats.device_peak_bytes_without_lms
+    assert "LMS (JAX): offloading" in callback.summary()
+
+
+def test_one_plan_per_batch_shape_as_one_compile(data, monkeypatch):
+    """70 rows in batches of 16: a last batch of 6, a second shape, a second trace and plan; no more."""
+    from lms_magic.lms.jax import backend
+
+    made = []
+    callback = LMS(min_bytes=0, verbose=0, backend=lambda *given: made.append(backend.JaxBackend(*given)) or made[-1])
+    x, y = images(n=70)
+    model = residual_bn_dropout()
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[callback])
+    assert made[-1].traces == 2 and len(made[-1].offloaded) == 2
+    assert_model_plain(model)
+
+
+def test_an_error_mid_fit_leaves_the_model_plain_and_it_trains_after(data):
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise RuntimeError("boom")
+
+    model = cnn()
+    with pytest.raises(RuntimeError, match="boom"):
+        model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0, verbose=0), Boom()])
+    assert_model_plain(model)
+    model.fit(*data, batch_size=16, epochs=1, verbose=0)
+
+
+def test_options_jax_cannot_honour_are_said(data):
+    callback = LMS(min_bytes=0, verbose=0, lean_ops=True, order_backward=True, recompute=True, lb=2)
+    train(cnn, data, callback, epochs=1)
+    notes = " ".join(callback.stats.notes)
+    for said in ("lean_ops is not available on JAX", "order_backward is not available on JAX",
+                 "recompute=True is not built on JAX", "lb=2 is not honoured on JAX"):
+        assert said in notes
+
+
+def test_lms_fit_compare_on_jax(shell, data):
+    shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
+    result = shell.run_cell_magic("lms_fit", "-q -o --compare --min-bytes 0 --n-tensors -1",
+                                  "model.fit(x, y, batch_size=16, epochs=2, verbose=0)")
+    no_lms, lms = result.variants
+    assert no_lms.status == lms.status == "ok"
+    assert lms.lms_stats["backend"] == "jax" and lms.lms_stats["swapped_tensors"] > 0
+    np.testing.assert_allclose(lms.step_losses, no_lms.step_losses, rtol=1e-6)
+    assert lms.to_dict()["device_peak_source"] == "predicted"

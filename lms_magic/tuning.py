@@ -72,6 +72,12 @@ class TuningSession:
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
                  bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(f"the tuner predicts on TensorFlow's traced step, and this Keras runs on "
+                             f"{keras.backend.backend()!r}: there, LMS(...) and %%lms_fit plan and predict for the "
+                             "fit itself (stats.device_peak_bytes), or run the tuner with KERAS_BACKEND=tensorflow")
         from .devices import check_devices, default_host
         from .lms.tensorflow.predictor import StepPredictor
         from .memory.bandwidth import host_link_bandwidth

@@ -103,3 +103,11 @@ def test_lms_fit_compare_on_jax(shell, data):
     assert lms.lms_stats["backend"] == "jax" and lms.lms_stats["swapped_tensors"] > 0
     np.testing.assert_allclose(lms.step_losses, no_lms.step_losses, rtol=1e-6)
     assert lms.to_dict()["device_peak_source"] == "predicted"
+
+
+def test_lms_tune_says_it_runs_on_tensorflow_and_what_to_use_here(shell, data):
+    from IPython.core.error import UsageError
+
+    shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
+    with pytest.raises(UsageError, match="the tuner predicts on TensorFlow's traced step.*'jax'.*%%lms_fit"):
+        shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16")

@@ -103,7 +103,7 @@ class LMS(keras.callbacks.Callback):
         lms_magic.lms.options.OptionError: (a ValueError) an option's value is not one it takes.
 
     After training, ``stats`` (an ``LmsStats``) holds what was done, and the device peak predicted
-    (TensorFlow) or measured (PyTorch with CUDA).
+    (TensorFlow, PyTorch, and JAX from the step's jaxpr: docs/pytorch.md) or measured (PyTorch with CUDA).
 
     Example:
         >>> import keras, numpy as np

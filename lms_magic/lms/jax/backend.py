@@ -6,7 +6,8 @@ model's ``compute_loss_and_updates`` is wrapped in ``jax.checkpoint`` with a pol
 planned layers' outputs (``Offloadable(src="device", dst="pinned_host")``; with ``recompute="only"``,
 ``Recompute``) and saves everything else as without LMS, and each layer's output is named for it with
 ``jax.ad_checkpoint.checkpoint_name``; both are the model's again once the trace is done, whatever ends
-it. The plan is made in that trace, before the step runs: the jaxpr of the step with every output named
+it. Where the device has no host memory kind to offload to, the plan recomputes instead (said). The plan
+is made in that trace, before the step runs: the jaxpr of the step with every output named
 and saveable is replayed (``predict.JaxStep``) for the peak of any set offloaded, and the one rule of
 ``core.plan.plan_swaps`` chooses (candidates in forward order: a layer's outputs, every call of it).
 The values are copied, never changed, and a recomputed layer runs the same operations again.
@@ -39,6 +40,16 @@ def unsupported_message(backend: str) -> str:
             "KERAS_BACKEND=jax, torch or tensorflow before importing keras")
 
 
+def memory_kinds() -> set[str]:
+    """The memory kinds of JAX's default device ("device", "pinned_host", "unpinned_host" on CPUs and GPUs)."""
+    import jax
+
+    try:
+        return {memory.kind for memory in jax.devices()[0].addressable_memories()}
+    except Exception:  # a platform without memory kinds
+        return {"device"}
+
+
 def _tree_arrays(tree):
     import jax
 
@@ -69,9 +80,19 @@ class JaxBackend:
         for option in ("lean_ops", "order_backward"):
             if getattr(options, option):
                 stats.notes.append(f"{option} is not available on JAX: XLA computes and orders the step")
-        stats.update(active=True, backend="jax", lb_counts="XLA's schedule", pinned=True)
+        stats.update(active=True, backend="jax", lb_counts="XLA's schedule")
         if options.lb != 1:
             stats.notes.append(f"lb={options.lb} is not honoured on JAX: XLA schedules the copies back")
+        kinds = memory_kinds()
+        self.host_kind = "pinned_host" if "pinned_host" in kinds else "unpinned_host" if "unpinned_host" in kinds \
+            else None
+        if self.recompute is False and self.host_kind is None:
+            stats.notes.append(f"the device has no host memory to offload to (its memory kinds: {sorted(kinds)}): "
+                               "the planned layer outputs are recomputed instead")
+            self.recompute = "only"
+        elif self.host_kind == "unpinned_host" and self.recompute is False:
+            stats.notes.append("the device has no pinned host memory: outputs are offloaded to unpinned host memory")
+        stats.pinned = self.host_kind == "pinned_host" and self.recompute is False
 
     # -- the trace --------------------------------------------------------------------------------
     def train_step(self, original):
@@ -118,7 +139,7 @@ class JaxBackend:
     def _policy(self, chosen: frozenset):
         from jax.ad_checkpoint import Offloadable, Recompute, Saveable
 
-        moved = Recompute if self.recompute == "only" else Offloadable(src="device", dst="pinned_host")
+        moved = Recompute if self.recompute == "only" else Offloadable(src="device", dst=self.host_kind)
 
         def policy(primitive, *_, **params):
             if primitive.name == "name" and params.get("name") in chosen:
@@ -193,7 +214,7 @@ class JaxBackend:
         what = (f"recomputing {moved} of {stats.candidates} layer outputs "
                 f"({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step)" if self.recompute == "only" else
                 f"offloading {moved} of {stats.candidates} layer outputs ({stats.swapped_bytes_per_step / MIB:.1f} "
-                "MiB per step) to pinned host memory")
+                f"MiB per step) to {self.host_kind.replace('_', ' ')} memory")
         peak = stats.device_peak_bytes
         return (f"LMS (JAX): {what}; " + (
             f"predicted device peak {format_size(peak)} with LMS, {format_size(stats.device_peak_bytes_without_lms)} "

@@ -111,3 +111,16 @@ def test_lms_tune_says_it_runs_on_tensorflow_and_what_to_use_here(shell, data):
     shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
     with pytest.raises(UsageError, match="the tuner predicts on TensorFlow's traced step.*'jax'.*%%lms_fit"):
         shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16")
+
+
+def test_without_host_memory_to_offload_to_the_plan_recomputes_and_says_so(data, monkeypatch):
+    from lms_magic.lms.jax import backend
+
+    monkeypatch.setattr(backend, "memory_kinds", lambda: {"device"})
+    plain, plain_history = train(residual_bn_dropout, data, epochs=1)
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+    model, history = train(residual_bn_dropout, data, callback, epochs=1)
+    stats = callback.stats
+    assert stats.swapped_tensors == 0 and stats.recomputed_tensors == stats.candidates > 0
+    assert any(note.startswith("the device has no host memory to offload to") for note in stats.notes)
+    np.testing.assert_allclose(history["loss"], plain_history["loss"], rtol=1e-6)

@@ -53,15 +53,21 @@ def fit(name: str, size: int, batch: int, steps: int, callback=None, *more_callb
     return losses, statistics.median(times[1:])
 
 
-def main():
+def arguments(models: list[str]):
+    """The command line (models, --size, --batch, --steps), said in the output's first line."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("models", nargs="*", default=["ResNet50", "DenseNet121"])
+    parser.add_argument("models", nargs="*", default=models)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     print(f"{args.size}x{args.size}, batch {args.batch}, {args.steps} steps, SGD with momentum, Keras "
           f"{keras.__version__} on PyTorch, this machine's CPU")
+    return args
+
+
+def main():
+    args = arguments(["ResNet50", "DenseNet121"])
     import torch
 
     generator = torch.Generator().manual_seed(0)

@@ -14,7 +14,6 @@ peak: the peaks are the replay's.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections import Counter
 
@@ -26,18 +25,11 @@ from lms_magic import LMS  # noqa: E402
 from lms_magic.lms.torch import backend  # noqa: E402
 from lms_magic.lms.torch.backend import TorchBackend  # noqa: E402
 
-from lms_lean_torch import MIB, fit  # noqa: E402
+from lms_lean_torch import MIB, arguments, fit  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("models", nargs="*", default=["ResNet50", "DenseNet121", "MobileNetV2", "EfficientNetB0"])
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3)
-    args = parser.parse_args()
-    print(f"{args.size}x{args.size}, batch {args.batch}, {args.steps} steps, SGD with momentum, Keras "
-          f"{keras.__version__} on PyTorch, this machine's CPU")
+    args = arguments(["ResNet50", "DenseNet121", "MobileNetV2", "EfficientNetB0"])
     for name in args.models:
         plain_losses, plain_s = fit(name, args.size, args.batch, args.steps)
         only = LMS(recompute="only", min_bytes=0, verbose=0)

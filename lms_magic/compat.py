@@ -86,6 +86,30 @@ def check_versions(backend: str) -> None:
 
 
 @contextlib.contextmanager
+def instance_attribute_replaced(owner, name: str, value) -> Iterator[None]:
+    """Inside the block ``owner.name`` is ``value``, an attribute of the instance over its class's (set past
+    Keras's tracking); after it, exactly as before (the instance's own value, or none), however the block ends.
+
+    Example:
+        >>> import types
+        >>> box = types.SimpleNamespace()
+        >>> with instance_attribute_replaced(box, "call", print):
+        ...     inside = box.call is print
+        >>> inside, hasattr(box, "call")
+        (True, False)
+    """
+    saved = owner.__dict__.get(name, _MISSING)
+    object.__setattr__(owner, name, value)
+    try:
+        yield
+    finally:
+        if saved is _MISSING:
+            owner.__dict__.pop(name, None)
+        else:
+            object.__setattr__(owner, name, saved)
+
+
+@contextlib.contextmanager
 def train_step_replaced(model, train_step: Callable, jit_off: bool = True) -> Iterator[None]:
     """``model.train_step`` is ``train_step`` and XLA is off (``jit_off``) inside the block; exactly as before
     after it.
@@ -94,18 +118,13 @@ def train_step_replaced(model, train_step: Callable, jit_off: bool = True) -> It
     when it traces it (Keras 3.5), and ``jit_compile`` when it makes it, so
     both are set for the making and for every call of an LMS train function.
     """
-    saved_step = model.__dict__.get("train_step", _MISSING)
     saved_jit = model._jit_compile
-    object.__setattr__(model, "train_step", train_step)
     if jit_off:
         model._jit_compile = False
     try:
-        yield
+        with instance_attribute_replaced(model, "train_step", train_step):
+            yield
     finally:
-        if saved_step is _MISSING:
-            model.__dict__.pop("train_step", None)
-        else:
-            object.__setattr__(model, "train_step", saved_step)
         model._jit_compile = saved_jit
 
 
@@ -292,17 +311,10 @@ def layer_calls_replaced(layers: list, make: Callable) -> Iterator[None]:
         >>> inside, "call" in vars(layer)
         ('replaced', False)
     """
-    saved = [layer.__dict__.get("call", _MISSING) for layer in layers]
-    try:
+    with contextlib.ExitStack() as stack:
         for layer in layers:
-            object.__setattr__(layer, "call", make(layer, layer.call))
+            stack.enter_context(instance_attribute_replaced(layer, "call", make(layer, layer.call)))
         yield
-    finally:
-        for layer, call in zip(layers, saved):
-            if call is _MISSING:
-                layer.__dict__.pop("call", None)
-            else:
-                object.__setattr__(layer, "call", call)
 
 
 def current_keras_layer() -> tuple[str, str]:

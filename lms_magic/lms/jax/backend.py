@@ -107,18 +107,11 @@ class JaxBackend:
         """While the step is traced: the model's compute_loss_and_updates under jax.checkpoint, and its
         layers' outputs named; both the model's again after it."""
         model = self.model
-        plain = model.__dict__.get("compute_loss_and_updates", _MISSING)
-        original = model.compute_loss_and_updates
         layers = [layer for layer in compat.layers_of(model) if not getattr(layer, "_layers", None)]  # leaves
-        try:
-            object.__setattr__(model, "compute_loss_and_updates", self._checkpointed(original))
-            with compat.layer_calls_replaced(layers, _named_call):
-                yield
-        finally:
-            if plain is _MISSING:
-                model.__dict__.pop("compute_loss_and_updates", None)
-            else:
-                object.__setattr__(model, "compute_loss_and_updates", plain)
+        checkpointed = self._checkpointed(model.compute_loss_and_updates)
+        with compat.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
+                compat.layer_calls_replaced(layers, _named_call):
+            yield
 
     def _checkpointed(self, original):
         import jax
@@ -190,9 +183,10 @@ class JaxBackend:
             self.stats.update(swapped_tensors=len(moved), swapped_bytes_per_step=plan.moved_bytes)
         if plan.note:
             self.stats.notes.append(plan.note)
-        if any(eqn.primitive.name in ("scan", "while") for eqn in jaxpr.jaxpr.eqns):
-            self.stats.notes.append("the step has loops (scan, while): outputs inside them are not offloaded "
-                                    "(XLA has skipped offloads under scan with remat: jax#23869)")
+        loop_note = ("the step has loops or conditionals (scan, while, cond): outputs inside them are not offloaded "
+                     "(XLA has skipped offloads under scan with remat: jax#23869)")
+        if step.flat.loops and loop_note not in self.stats.notes:
+            self.stats.notes.append(loop_note)
         return chosen
 
     def _persistent_bytes(self, args) -> int:
@@ -236,5 +230,3 @@ def _named_call(layer, call):
 
     return named
 
-
-_MISSING = object()

@@ -65,6 +65,7 @@ class _Flat:
     producer: dict  # var -> (node name, output index)
     backward: set  # the nodes of the backward pass (inlined from the differentiated checkpoint)
     names: list  # (tensor: (node name, output), checkpoint name, aval) of each named layer output, in order
+    loops: int = 0  # loops and conditionals kept whole (their bodies' outputs are not candidates)
 
 
 def flatten(closed_jaxpr, persistent_inputs: int) -> _Flat:
@@ -111,6 +112,7 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict) -> None:
             if eqn.primitive.name == "name":
                 flat.names.append((tensor, eqn.params["name"], eqn.outvars[0].aval))
             continue
+        flat.loops += eqn.primitive.name in LOOPS
         name = f"e{len(flat.nodes)}"
         inputs = tuple(found for found in map(source, eqn.invars) if found is not None)
         outputs = tuple(_nbytes(var.aval) for var in eqn.outvars)

@@ -113,7 +113,7 @@ class InputRecorder:
     def __init__(self, layers: list, selection: Selection):
         self.layers, self.selection = layers, selection
         self._saved: dict[int, tuple] = {}  # storage address -> (weak storage, candidate)
-        self._pending: dict[int, list] = {}  # storage address -> [(weak storage, layer name, position)]
+        self._pending: dict[int, list] = {}  # storage address -> [(weak storage, layer name)]: no one saved it yet
         self._inputs: dict[str, list] = {}
         self._calls: dict[str, int] = {}
 
@@ -124,9 +124,9 @@ class InputRecorder:
         storage = event.tensor.untyped_storage()
         key = storage.data_ptr()
         self._saved[key] = (weakref.ref(storage), event.candidate)
-        for ref, layer, position in self._pending.pop(key, []):
+        for ref, layer in self._pending.pop(key, []):
             if ref() is storage:
-                self._inputs[layer][position] = event.candidate
+                self._inputs[layer] = [event.candidate]
 
     def recording(self):
         """The block of the first step: each layer's call noted with its input."""
@@ -149,7 +149,7 @@ class InputRecorder:
         if ref is None or ref() is not storage:
             candidate = Candidate(f"{layer.name}:input", layer.name, type(layer).__name__, tuple(tensor.shape),
                                   tensor.numel() * tensor.element_size(), -1)
-            self._pending.setdefault(key, []).append((weakref.ref(storage), layer.name, 0))
+            self._pending.setdefault(key, []).append((weakref.ref(storage), layer.name))
         self._inputs[layer.name] = [candidate]
 
     def layer_inputs(self) -> dict[str, list[Candidate]]:

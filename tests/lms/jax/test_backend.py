@@ -124,3 +124,17 @@ def test_without_host_memory_to_offload_to_the_plan_recomputes_and_says_so(data,
     assert stats.swapped_tensors == 0 and stats.recomputed_tensors == stats.candidates > 0
     assert any(note.startswith("the device has no host memory to offload to") for note in stats.notes)
     np.testing.assert_allclose(history["loss"], plain_history["loss"], rtol=1e-6)
+
+
+def test_a_step_with_a_loop_is_said_once(data):
+    """A recurrent layer runs in a scan, whose body's outputs are not offloaded: said, once for the fit."""
+    keras.utils.set_random_seed(2)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.SimpleRNN(8)(keras.layers.Reshape((16, 48))(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(10)(x))
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = images(n=70)  # two batch shapes: two traces
+    callback = LMS(min_bytes=0, verbose=0)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[callback])
+    said = [note for note in callback.stats.notes if note.startswith("the step has loops or conditionals")]
+    assert len(said) == 1

@@ -36,6 +36,10 @@ class Backend(Protocol):
     def step_scope(self) -> ContextManager[None]:
         """What one LMS step needs set, and nothing after it."""
 
+    # Optional: ``train_function(function) -> function``, the train function made with the wrapped step as the
+    # callback will call it (JAX's commits the state to the device first); the callback calls ``function``
+    # itself where a backend has none.
+
     def first_step_done(self) -> Action:
         """After the first LMS step (and after the first step of a retrace): fills in the stats (what moved,
         the device peaks) and says what the callback does next."""

@@ -267,6 +267,7 @@ class LMS(keras.callbacks.Callback):
                 made = model.train_function
         finally:
             model.train_function = plain
+        made = getattr(self._backend, "train_function", lambda function: function)(made)
         self._function = LmsTrainFunction(made, plain, model, self._step_scope)
         self._summary_due = True
 

@@ -50,12 +50,6 @@ def memory_kinds() -> set[str]:
         return {"device"}
 
 
-def _tree_arrays(tree):
-    import jax
-
-    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if hasattr(leaf, "shape")]
-
-
 class JaxBackend:
     """One fit's LMS on the JAX backend, for the ``LMS`` callback (see the module's docstring).
 
@@ -106,11 +100,12 @@ class JaxBackend:
     def _traced(self):
         """While the step is traced: the model's compute_loss_and_updates under jax.checkpoint, and its
         layers' outputs named; both the model's again after it."""
+        from .predict import named_outputs
+
         model = self.model
-        layers = [layer for layer in compat.layers_of(model) if not getattr(layer, "_layers", None)]  # leaves
         checkpointed = self._checkpointed(model.compute_loss_and_updates)
         with compat.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
-                compat.layer_calls_replaced(layers, _named_call):
+                named_outputs(model):
             yield
 
     def _checkpointed(self, original):
@@ -143,23 +138,15 @@ class JaxBackend:
 
     # -- the plan --------------------------------------------------------------------------------
     def _plan(self, inner, args) -> frozenset:
-        import jax
+        from .predict import array_bytes, trace_step, tree_arrays
 
-        from .predict import JaxStep
-
-        key = tuple((tuple(a.shape), str(a.dtype)) for a in _tree_arrays(args[3:6]))
+        key = tuple((tuple(a.shape), str(a.dtype)) for a in tree_arrays(args[3:6]))
         if key in self.offloaded:
             return self.offloaded[key]
         self.traces += 1
-        specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape")
-                                       else a, args)
-        saveable = jax.checkpoint(inner, policy=lambda *_, **__: True)
-        grad = jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True)
-        held = len(_tree_arrays(args[:3]))  # the variables: held through the step anyway
-        jaxpr = jax.make_jaxpr(grad)(*specs)
-        step = JaxStep(jaxpr, held, self._layer_types)
+        step = trace_step(inner, args, self._layer_types)
         eligible = self.options.selection.eligible(step.candidates)
-        persistent = self._persistent_bytes(args)
+        persistent = array_bytes(tree_arrays(args[:3]) + tree_arrays(args[6]))
         selection, budget = self.options.selection, self.options.budget_bytes
         try:
             plan = plan_swaps(selection, eligible, step.transient_peak, persistent, budget, self.stats.capacity_bytes)
@@ -189,13 +176,25 @@ class JaxBackend:
             self.stats.notes.append(loop_note)
         return chosen
 
-    def _persistent_bytes(self, args) -> int:
-        import numpy as np
-
-        arrays = _tree_arrays(args[:3]) + _tree_arrays(args[6])
-        return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays)
-
     # -- the callback's contract --------------------------------------------------------------------
+    def train_function(self, function):
+        """``function`` (Keras's train function over the LMS step) called with the state committed to JAX's
+        default device. A step with offloads returns its state committed (its shardings name memory kinds),
+        while the variables Keras reads at a fit's or an epoch's start are not: uncommitted arguments would
+        compile the step a second and a third time. Committing an array on its own device copies nothing."""
+        import jax
+
+        kind = "device" if "device" in memory_kinds() else None
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind=kind)
+
+        def commit(leaf):
+            return jax.device_put(leaf, device) if isinstance(leaf, jax.Array) and not leaf.committed else leaf
+
+        def call(state, *rest, **kwargs):
+            return function(jax.tree_util.tree_map(commit, state), *rest, **kwargs)
+
+        return call
+
     def step_scope(self):
         return contextlib.nullcontext()
 
@@ -216,17 +215,4 @@ class JaxBackend:
 
     def close(self) -> None:
         pass
-
-
-def _named_call(layer, call):
-    """``call`` with each array it returns named after the layer (``checkpoint_name``)."""
-    import jax
-    from jax.ad_checkpoint import checkpoint_name
-
-    def named(*args, **kwargs):
-        outputs = call(*args, **kwargs)
-        return jax.tree_util.tree_map(
-            lambda leaf: checkpoint_name(leaf, layer.name) if isinstance(leaf, jax.Array) else leaf, outputs)
-
-    return named
 

@@ -14,10 +14,13 @@ so in ``stats.prediction_source``. The optimizer's update after the gradient is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import re
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.peak import LiveTensor, explain_peak
 from ..core.plan import Candidate
 from ..core.simulate import Node, Swap, replay, with_swaps
 
@@ -28,6 +31,8 @@ ALIASES = frozenset({"name", "reduce_precision"})
 INLINED = frozenset({"pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
                      "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin"})
 LOOPS = frozenset({"scan", "while", "cond"})
+# Name-stack parts that are transformations or wrappers, not a layer.
+_WRAPPERS = frozenset({"checkpoint", "remat", "rematted_computation", "jit", "pjit", "inner", "compute", "<lambda>"})
 
 
 def _nbytes(aval) -> int:
@@ -66,6 +71,20 @@ class _Flat:
     backward: set  # the nodes of the backward pass (inlined from the differentiated checkpoint)
     names: list  # (tensor: (node name, output), checkpoint name, aval) of each named layer output, in order
     loops: int = 0  # loops and conditionals kept whole (their bodies' outputs are not candidates)
+    about: dict = field(default_factory=dict)  # node name -> (primitive, layer, shape of output 0), for explain
+
+
+def layer_in(name_stack: str, outer: str = "") -> str:
+    """The layer an equation belongs to, from its name stack (Keras names a scope after each layer): the
+    first part that is not a transformation or a wrapper; ``outer`` (the enclosing equation's) if none.
+
+    Example:
+        >>> layer_in("transpose(jvp(conv2d))/convolution"), layer_in("jvp(checkpoint)", "dense")
+        ('conv2d', 'dense')
+    """
+    parts = [part for part in re.sub(r"[\w<>]+\(|\)", "", str(name_stack)).split("/") if part]
+    parts = [part for part in parts if part not in _WRAPPERS]
+    return parts[0] if parts else outer
 
 
 def flatten(closed_jaxpr, persistent_inputs: int) -> _Flat:
@@ -78,11 +97,11 @@ def flatten(closed_jaxpr, persistent_inputs: int) -> _Flat:
         held = index >= len(jaxpr.constvars) + persistent_inputs
         flat.nodes.append(Node(name, (_nbytes(var.aval) if held else 0,), priority=-1))
         flat.producer[var] = (name, 0)
-    _inline(jaxpr, flat, backward=False, alias={})
+    _inline(jaxpr, flat, backward=False, alias={}, outer="")
     return flat
 
 
-def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict) -> None:
+def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str) -> None:
     def source(var):
         if not hasattr(var, "aval") or type(var).__name__ == "Literal":
             return None
@@ -90,6 +109,7 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict) -> None:
         return flat.producer.get(var)
 
     for eqn in jaxpr.eqns:
+        layer = layer_in(getattr(eqn.source_info, "name_stack", ""), outer)
         body = _body(eqn) if eqn.primitive.name in INLINED else None
         if body is not None:
             inner, consts = body
@@ -100,7 +120,7 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict) -> None:
                 found = source(outer)
                 if found is not None:
                     flat.producer[inner_var] = found
-            _inline(inner, flat, backward or bool(eqn.params.get("differentiated")), inner_alias)
+            _inline(inner, flat, backward or bool(eqn.params.get("differentiated")), inner_alias, layer)
             for outer, inner_var in zip(eqn.outvars, inner.outvars):
                 found = source(inner_var) if hasattr(inner_var, "aval") else None
                 if found is not None:
@@ -118,6 +138,8 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict) -> None:
         outputs = tuple(_nbytes(var.aval) for var in eqn.outvars)
         on_device = all(_on_device(var.aval) for var in eqn.outvars)
         flat.nodes.append(Node(name, outputs, inputs, on_device=on_device, priority=len(flat.nodes)))
+        flat.about[name] = (eqn.primitive.name, layer, tuple(getattr(eqn.outvars[0].aval, "shape", ()) or ())
+                            if eqn.outvars else ())
         if backward:
             flat.backward.add(name)
         for index, var in enumerate(eqn.outvars):
@@ -176,10 +198,105 @@ class JaxStep:
                            for index, layer in enumerate(sizes)]
         self._memo: dict[tuple, int] = {}
 
+    def _nodes(self, offloaded: list[Candidate]) -> list[Node]:
+        return with_swaps(self.flat.nodes, [swap for c in offloaded for swap in self._swaps.get(c.layer, ())])
+
     def transient_peak(self, offloaded: list[Candidate]) -> int:
         """The predicted peak of the step's own bytes with the layers of ``offloaded`` in host memory."""
         key = tuple(sorted(c.layer for c in offloaded))
         if key not in self._memo:
-            swaps = [swap for c in offloaded for swap in self._swaps.get(c.layer, ())]
-            self._memo[key] = replay(with_swaps(self.flat.nodes, swaps)).peak_bytes
+            self._memo[key] = replay(self._nodes(offloaded)).peak_bytes
         return self._memo[key]
+
+    def explain(self, offloaded: list[Candidate], persistent: list[LiveTensor]) -> dict:
+        """``stats["peak"]`` (``core/peak.py``) with the layers of ``offloaded`` in host memory: the phase and
+        equation of the peak, its bytes by kind (the backward pass's buffers are "gradients", a layer output
+        copied back "activations_swapped_in", the batch "other"), the largest live tensors, the timeline."""
+        result = replay(self._nodes(offloaded), explain=True)
+
+        def describe(tensor) -> LiveTensor:
+            name, index = tensor
+            copied = name.endswith("/device_copy")
+            source = name.split(":")[0] if copied else name
+            primitive, layer, shape = self.flat.about.get(source, ("input", "", None))
+            if copied:
+                kind = "activations_swapped_in"
+            elif source in self.flat.backward:
+                kind = "gradients"
+            elif source in self.flat.about:
+                kind = "activations_kept"
+            else:
+                kind = "other"  # the batch
+            return LiveTensor(f"{primitive} ({layer})" if layer else primitive, layer, shape, 0, kind)
+
+        peak_after = result.peak_after or ""
+        source = peak_after.split(":")[0] if "/" in peak_after else peak_after
+        primitive, layer, _ = self.flat.about.get(source, (peak_after, "", None))
+        backward = source in self.flat.backward or peak_after.endswith(("/swap_in", "/device_copy"))
+        return explain_peak(result, describe, persistent, "backward" if backward else "forward",
+                            f"{primitive} ({layer})" if layer else primitive)
+
+
+def tree_arrays(tree) -> list:
+    """The arrays (anything with a shape) among a pytree's leaves."""
+    import jax
+
+    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if hasattr(leaf, "shape")]
+
+
+def array_bytes(arrays) -> int:
+    """The bytes of ``arrays`` (JAX arrays or shape-and-dtype structs)."""
+    return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+def trace_step(inner, args, layer_types: dict[str, str]) -> JaxStep:
+    """The :class:`JaxStep` of ``jax.value_and_grad(inner)`` at ``args``' shapes: ``inner`` is Keras's
+    ``compute_loss_and_updates`` taking ``(trainable, non_trainable, metrics, x, y, sample_weight,
+    optimizer_variables)``, traced under ``jax.checkpoint`` with every named output saveable (the residuals
+    of the step without LMS). Its layers' outputs must be named while it runs (:func:`named_outputs`)."""
+    import jax
+
+    grad, specs = differentiated(inner, args)
+    held = len(tree_arrays(args[:3]))  # the variables: held through the step anyway
+    return JaxStep(jax.make_jaxpr(grad)(*specs), held, layer_types)
+
+
+def differentiated(inner, args):
+    """``(jax.value_and_grad of inner under jax.checkpoint with everything saveable, the shapes of args)``:
+    the function :func:`trace_step` traces, and its arguments as ``jax.ShapeDtypeStruct``."""
+    import jax
+
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a,
+                                   args)
+    saveable = jax.checkpoint(inner, policy=lambda *_, **__: True)
+    return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), specs
+
+
+def leaf_layers(model) -> list:
+    """The model's layers that hold no layers of their own: those whose outputs are named."""
+    from ... import compat
+
+    return [layer for layer in compat.layers_of(model) if not getattr(layer, "_layers", None)]
+
+
+@contextlib.contextmanager
+def named_outputs(model):
+    """While inside: each leaf layer's outputs named after it with ``checkpoint_name`` (the names the offload
+    policy and the plan go by); the layers' own calls again after, whatever ends it."""
+    from ... import compat
+
+    with compat.layer_calls_replaced(leaf_layers(model), _named_call):
+        yield
+
+
+def _named_call(layer, call):
+    """``call`` with each array it returns named after the layer (``checkpoint_name``)."""
+    import jax
+    from jax.ad_checkpoint import checkpoint_name
+
+    def named(*args, **kwargs):
+        outputs = call(*args, **kwargs)
+        return jax.tree_util.tree_map(
+            lambda leaf: checkpoint_name(leaf, layer.name) if isinstance(leaf, jax.Array) else leaf, outputs)
+
+    return named

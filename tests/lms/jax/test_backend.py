@@ -59,16 +59,28 @@ def test_the_default_plan_is_the_lowest_predicted_peak_and_never_above_no_lms(da
     assert "LMS (JAX): offloading" in callback.summary()
 
 
-def test_one_plan_per_batch_shape_as_one_compile(data, monkeypatch):
-    """70 rows in batches of 16: a last batch of 6, a second shape, a second trace and plan; no more."""
+def test_one_plan_and_one_compile_per_batch_shape(data, caplog):
+    """70 rows in batches of 16: a last batch of 6, a second shape, a second trace, plan and compile; no more
+    over two epochs (a step with offloads returns its state committed to the device, and the epoch's first
+    step reads uncommitted variables: without the state committed first, each would compile again)."""
+    import jax
+
     from lms_magic.lms.jax import backend
 
     made = []
-    callback = LMS(min_bytes=0, verbose=0, backend=lambda *given: made.append(backend.JaxBackend(*given)) or made[-1])
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0,
+                   backend=lambda *given: made.append(backend.JaxBackend(*given)) or made[-1])
     x, y = images(n=70)
     model = residual_bn_dropout()
-    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[callback])
+    jax.config.update("jax_log_compiles", True)
+    try:
+        with caplog.at_level("WARNING"):
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[callback])
+    finally:
+        jax.config.update("jax_log_compiles", False)
     assert made[-1].traces == 2 and len(made[-1].offloaded) == 2
+    compiles = [record for record in caplog.records if record.getMessage().startswith("Compiling jit(step)")]
+    assert len(compiles) == 2
     assert_model_plain(model)
 
 

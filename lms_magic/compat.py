@@ -141,6 +141,13 @@ def layer_types(model) -> dict[str, str]:
     return found
 
 
+def built_for_training(model, data_batch) -> None:
+    """Builds what ``fit`` builds before its first step (the layers, the compiled loss and metrics, the
+    optimizer's variables) from one batch ``(x, y)`` or ``(x, y, sample_weight)``, as ``fit`` would."""
+    batch = tuple(data_batch) + (None,) * (3 - len(data_batch))
+    model._symbolic_build(data_batch=batch)
+
+
 def jit_compile_requested(model) -> bool:
     """Whether the model would compile its train step with XLA / torch.compile."""
     return bool(model.jit_compile)

@@ -9,6 +9,7 @@ are :class:`~lms_magic.runs.FairStart` runs, as ``%%lms_fit --compare``'s.
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 
 from .lms.core.search import Setting, Trial
@@ -16,10 +17,21 @@ from .lms.options import compiled_model, whole_number
 from .runs import FairStart
 
 
-def _gpus() -> list[str]:
+def _accelerator(backend: str) -> tuple[str | None, bool]:
+    """The device trials train on, as ``LMS(device=...)`` takes it (None: the backend's own choice), and
+    whether it is a GPU."""
+    if backend == "jax":
+        import jax
+
+        return None, jax.default_backend() != "cpu"
     import tensorflow as tf
 
-    return ["/" + d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+    gpus = ["/" + d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+    return (gpus[0], True) if gpus else ("/CPU:0", False)
+
+
+def _is_dataset(data) -> bool:
+    return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
 
 
 def take_samples(data, count: int):
@@ -37,41 +49,44 @@ def take_samples(data, count: int):
         >>> x[:, 0].tolist(), y.tolist()
         ([0.0, 1.0, 2.0, 0.0, 1.0], [0, 1, 2, 0, 1])
     """
-    import tensorflow as tf
+    import keras
 
     if data is None:
         raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
-    if isinstance(data, tf.data.Dataset):
-        spec = data.element_spec
-        leaf = tf.nest.flatten(spec)[0]
+    if _is_dataset(data):  # only a tf.data.Dataset brings TensorFlow in
+        import tensorflow as tf
+
+        leaf = tf.nest.flatten(data.element_spec)[0]
         samples = data.unbatch() if leaf.shape.rank and leaf.shape[0] is None else data
         data = next(iter(samples.take(count).batch(count).as_numpy_iterator()))
     if not isinstance(data, (tuple, list)) or not 1 <= len(data) <= 3:
         raise ValueError("data must be (x, y) or (x, y, sample_weight) arrays, or a tf.data.Dataset; "
                          f"got {type(data).__name__}")
-    arrays = tf.nest.map_structure(np.asarray, tuple(data))
-    first = tf.nest.flatten(arrays)[0]
+    arrays = keras.tree.map_structure(np.asarray, tuple(data))
+    first = keras.tree.flatten(arrays)[0]
     if first.ndim == 0 or len(first) == 0:
         raise ValueError("the data holds no samples")
     index = np.arange(count) % len(first)
-    return tf.nest.map_structure(lambda a: a[index], arrays)
+    return keras.tree.map_structure(lambda a: a[index], arrays)
 
 
 class TrialRunner:
     """Measures LMS settings on ``model``: time per step and device peak.
 
     Args:
-        model: a compiled Keras model (TensorFlow backend).
+        model: a compiled Keras model (TensorFlow or JAX backend).
         data: as for :func:`take_samples`.
         steps: timed steps per trial (one more runs first, untimed).
         lms_options: more :class:`lms_magic.LMS` options (``min_bytes``,
             ``device``, ``host_device``...).
         predictor: a :class:`StepPredictor`, for the peak when no GPU measures one.
 
-    On a GPU the peak is TensorFlow's allocator peak for the trial
-    (``peak_source`` says "measured"). Without one the trials train on the CPU
-    in the accelerator role and the peak is the liveness replay of the graph
-    that ran, so ``gpu`` is False and the times are not GPU times.
+    On a GPU with TensorFlow the peak is TensorFlow's allocator peak for the
+    trial (``peak_source`` says "measured"). Without one the trials train on
+    the CPU in the accelerator role and the peak is the liveness replay of the
+    graph that ran, so ``gpu`` is False and the times are not GPU times. On
+    JAX the peak is the prediction from the step's jaxpr (JAX's device peak
+    cannot be reset between trials), and ``peak_source`` says so.
     """
 
     def __init__(self, model, data, steps: int = 5, lms_options: dict | None = None, predictor=None):
@@ -80,20 +95,26 @@ class TrialRunner:
         take_samples(data, 1)  # refuse bad data before anything runs
         self.model, self.data, self.steps = model, data, steps
         self.options = dict(lms_options or {})
-        gpus = _gpus()
-        self.device = self.options.pop("device", None) or (gpus[0] if gpus else "/CPU:0")
-        self.gpu = "GPU" in self.device.upper()
+        self.backend = keras.backend.backend()
+        default, self.gpu = _accelerator(self.backend)
+        self.device = self.options.pop("device", None) or default
+        self.gpu = self.gpu if self.device is None else "GPU" in self.device.upper()
         self.predictor = predictor
         self.start = FairStart(model, seed=1234)
 
     @property
+    def measures_peak(self) -> bool:
+        """Whether trials' peaks are measured (TensorFlow on a GPU), not predicted."""
+        return self.gpu and self.backend == "tensorflow"
+
+    @property
     def peak_source(self) -> str:
+        if self.backend == "jax":
+            return "predicted from the step's jaxpr (JAX's device peak cannot be reset between trials)"
         return "measured (TensorFlow allocator)" if self.gpu else "predicted from the executed graph (no GPU)"
 
     def measure(self, setting: Setting) -> Trial:
         """Trains ``steps + 1`` steps with ``setting``; the model ends as it started."""
-        import tensorflow as tf
-
         from .lms.callback import LMS
 
         whole_number("batch_size", setting.batch_size, 1)
@@ -101,7 +122,11 @@ class TrialRunner:
         lms = None
         if setting.n_tensors != 0:
             lms = LMS(n_tensors=setting.n_tensors, lb=setting.lb, device=self.device, verbose=0, **self.options)
-        reset_peak = (lambda: tf.config.experimental.reset_memory_stats(self.device.strip("/"))) if self.gpu else None
+        reset_peak = None
+        if self.measures_peak:
+            import tensorflow as tf
+
+            reset_peak = lambda: tf.config.experimental.reset_memory_stats(self.device.strip("/"))  # noqa: E731
         try:
             outcome = self.start.run(self.model.fit, arrays, {"batch_size": setting.batch_size, "epochs": 1,
                                                                "shuffle": False, "verbose": 0},
@@ -113,9 +138,9 @@ class TrialRunner:
             self.start.restore()
 
     def _peak(self, setting: Setting, lms) -> int | None:
-        import tensorflow as tf
+        if self.measures_peak:
+            import tensorflow as tf
 
-        if self.gpu:
             return int(tf.config.experimental.get_memory_info(self.device.strip("/"))["peak"])
         if lms is not None and lms.stats.device_peak_bytes:
             return int(lms.stats.device_peak_bytes)

@@ -63,13 +63,14 @@ class LmsTuneMagics(Magics):
     @argument("--steps", type=int, default=5, help="timed steps per measured trial (default 5)")
     @argument("--max-trials", type=int, default=12, help="measured trials of the autotuner (default 12)")
     @argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="leave smaller tensors alone (default 65536)")
-    @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU)")
+    @argument("--device", default=None, help="the accelerator, e.g. /GPU:0 (default: the first GPU; TensorFlow only: JAX uses its default device)")
     @argument("--host-device", default=None,
-              help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator())")
+              help="where swapped tensors wait (default /CPU:0; /CPU:1 after lms_magic.simulate_accelerator(); "
+                   "TensorFlow only)")
     @argument("--autotune", action="store_true", help="search now and return the result (no widget)")
     @line_magic
     def lms_tune(self, line):
-        """Tune LMS for a compiled Keras model.
+        """Tune LMS for a compiled Keras model (TensorFlow or JAX backend).
 
         Sliders for n_tensors, lb, batch size and the memory budget update the
         predicted device peak, the bytes swapped per step and the step-time

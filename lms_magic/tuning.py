@@ -1,8 +1,9 @@
 """Tuning LMS: instant predictions for any setting, measured trials, and autotune.
 
 A :class:`TuningSession` holds what the sliders and buttons of ``%lms_tune``
-need: one :class:`~lms_magic.lms.tensorflow.predictor.StepPredictor` (the liveness
-replay that ``LMS`` reports, traced once), one
+need: one step predictor (the liveness replay that ``LMS`` reports, traced once:
+:class:`~lms_magic.lms.tensorflow.predictor.StepPredictor` on TensorFlow's traced
+graph, :class:`~lms_magic.lms.jax.predictor.JaxStepPredictor` on JAX's jaxpr), one
 :class:`~lms_magic.trials.TrialRunner` (K steps from one saved start),
 the host link bandwidth, and the trials so far. :func:`autotune` is the same
 search as a Python call.
@@ -53,7 +54,7 @@ class TuningSession:
     """The state behind the tuning widget and :func:`autotune`.
 
     Args:
-        model: a compiled Keras model (TensorFlow backend).
+        model: a compiled Keras model (TensorFlow or JAX backend).
         data: ``(x, y)`` arrays or a ``tf.data.Dataset`` (see ``take_samples``).
         batch_size: the batch size to start from.
         budget: device memory to stay under ("6GiB" or bytes), or None.
@@ -74,25 +75,38 @@ class TuningSession:
                  bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
         import keras
 
-        if keras.backend.backend() != "tensorflow":
-            raise ValueError(f"the tuner predicts on TensorFlow's traced step, and this Keras runs on "
-                             f"{keras.backend.backend()!r}: there, LMS(...) and %%lms_fit plan and predict for the "
-                             "fit itself (stats.device_peak_bytes), or run the tuner with KERAS_BACKEND=tensorflow")
         from .devices import check_devices, default_host
-        from .lms.tensorflow.predictor import StepPredictor
         from .memory.bandwidth import host_link_bandwidth
         from .trials import TrialRunner, take_samples
 
+        self.backend = keras.backend.backend()
+        if self.backend not in ("tensorflow", "jax"):
+            raise ValueError(f"the tuner predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras runs "
+                             f"on {self.backend!r}: there, LMS(...) and %%lms_fit plan for the fit itself "
+                             "(stats.device_peak_bytes), or run the tuner with KERAS_BACKEND=tensorflow or jax")
         self.batch_size = whole_number("batch_size", batch_size, 1)
         whole_number("steps", steps, 1)
         options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget,
                              lean_ops=lean_ops, order_backward=order_backward, recompute=_tunable(recompute))
-        check_devices(options.device, options.host_device)
+        self.unavailable: dict[str, str] = {}  # an option this backend does not take -> why (the widget disables it)
+        if self.backend == "jax":
+            self.unavailable = dict(JAX_UNAVAILABLE)
+            _refuse_unavailable(options, self.unavailable)
+        else:
+            check_devices(options.device, options.host_device)
         samples = take_samples(data, 2)
-        self._predictors: dict[tuple, StepPredictor] = {}  # (lean_ops, order_backward, recompute) -> its predictor
-        self._new_predictor = lambda lean, order, recompute: StepPredictor(
-            model, samples, options.selection, options.host_device or default_host(), order_backward=order,
-            lean_ops=lean, recompute=recompute)
+        self._predictors: dict[tuple, object] = {}  # (lean_ops, order_backward, recompute) -> its predictor
+        if self.backend == "jax":
+            from .lms.jax.predictor import JaxStepPredictor
+
+            self._new_predictor = lambda lean, order, recompute: JaxStepPredictor(model, samples, options.selection,
+                                                                                  recompute=recompute)
+        else:
+            from .lms.tensorflow.predictor import StepPredictor
+
+            self._new_predictor = lambda lean, order, recompute: StepPredictor(
+                model, samples, options.selection, options.host_device or default_host(), order_backward=order,
+                lean_ops=lean, recompute=recompute)
         self.predictor = self._predictor_for(options.lean_ops, options.order_backward, options.recompute)
         self.budget_bytes = None
         self.set_budget(options.budget_bytes)
@@ -122,6 +136,7 @@ class TuningSession:
                  "recompute": None if recompute is None else _tunable(recompute)}
         chosen = {name: self.lms_options[name] if value is None else value for name, value in given.items()}
         options = LmsOptions(**chosen)
+        _refuse_unavailable(options, self.unavailable)
         self.lms_options.update(chosen)
         self.predictor = self.runner.predictor = self._predictor_for(options.lean_ops, options.order_backward,
                                                                      options.recompute)
@@ -155,12 +170,9 @@ class TuningSession:
         if measured is not None:
             return StepCost(measured, "measured: the fastest trial's step, per sample", *link)
         if batch_size not in self._estimated_compute:
-            from .lms.tensorflow.compute import device_flops_per_s, step_flops
-
-            flops = step_flops(self.predictor.trace(batch_size).ops, batch_size)
-            self._estimated_compute[batch_size] = flops / device_flops_per_s(self.lms_options["device"])
-        return StepCost(self._estimated_compute[batch_size],
-                        "estimated: the traced step's matrix FLOPs at the device's rate", *link)
+            self._estimated_compute[batch_size] = self.predictor.estimated_compute_s(batch_size,
+                                                                                     self.lms_options["device"])
+        return StepCost(self._estimated_compute[batch_size], "estimated: " + self.predictor.compute_estimate, *link)
 
     def estimate(self, setting: Setting) -> Estimate:
         """The prediction for ``setting``: no training, one memoised replay."""
@@ -202,6 +214,8 @@ class TuningSession:
             BudgetError: even swapping every candidate does not fit.
         """
         start = self.start(batch_size, lb)
+        if "lb" in self.unavailable:  # every lb would be the same step
+            lb_values = (start.lb,)
         n_values = n_values or default_n_values(self.predictor.predict(-1, 1, start.batch_size).candidates,
                                                 start.n_tensors)
         return PatternSearch(start, n_values, lb_values, max_trials, self.budget_bytes,
@@ -221,6 +235,24 @@ class TuningSession:
         defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": None, "device": None, "lean_ops": False,
                     "order_backward": False, "recompute": False}
         return setting.lms_call(**{k: v for k, v in self.lms_options.items() if v != defaults[k]})
+
+
+# What the tuner cannot set on Keras's JAX backend, and why (the LMS callback says the same in its notes).
+JAX_UNAVAILABLE = {
+    "lean_ops": "not available on JAX: XLA computes the step",
+    "order_backward": "not available on JAX: XLA orders the step",
+    "lb": "not honoured on JAX: XLA schedules the copies back",
+    "device": "not used on JAX: LMS relieves JAX's default device",
+    "host_device": "not used on JAX: XLA offloads to the device's host memory kind",
+}
+
+
+def _refuse_unavailable(options: LmsOptions, unavailable: dict[str, str]) -> None:
+    """Raises OptionError for an option set that this backend does not take (``unavailable``'s)."""
+    for name in ("lean_ops", "order_backward", "device", "host_device"):
+        value = getattr(options, name)
+        if name in unavailable and value not in (None, False):
+            raise OptionError(name, value, unavailable[name])
 
 
 def _tunable(recompute):
@@ -245,7 +277,7 @@ def autotune(model, data, budget=None, max_trials: int = 12, batch_size: int = 3
     weights, optimizer state, seed and batches; the model ends as it started.
 
     Args:
-        model: a compiled Keras model (TensorFlow backend).
+        model: a compiled Keras model (TensorFlow or JAX backend).
         data: ``(x, y)`` arrays or a ``tf.data.Dataset``.
         budget: device memory to stay under ("6GiB" or bytes), or None.
         max_trials: the most trials to measure.

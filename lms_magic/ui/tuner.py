@@ -84,8 +84,14 @@ class Tuner:
         self.buttons["Stop"].on_click(lambda _: self.request_stop())
         self.buttons["Apply"].on_click(lambda _: self.apply())
         note = "" if session.runner.gpu else (
-            "<br><b>No GPU:</b> measured trials train on the CPU, so their times are not GPU times, and their "
-            "peaks are the liveness replay of the graph that ran.")
+            "<br><b>No GPU:</b> measured trials train on the CPU, so their times are not GPU times.")
+        if not session.runner.measures_peak:
+            note += f"<br>Trials' peaks: {html.escape(session.runner.peak_source)}."
+        for name, why in getattr(session, "unavailable", {}).items():  # a knob this backend does not take
+            widget = self.controls.get(name) or self.toggles.get(name)
+            if widget is not None:
+                widget.disabled = True
+                setattr(widget, "tooltip" if widget.has_trait("tooltip") else "description_tooltip", f"{name}: {why}")
         self.header = widgets.HTML(f"<b>%lms_tune</b>: {candidates} candidate "
                                    f"tensors; weights and optimizer state {session.persistent_bytes / MIB:.1f} MiB; "
                                    f"link {session.bandwidth.slowest / 1e9:.1f} GB/s "

@@ -14,32 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
-
 import tensorflow as tf
 
-from ..core.plan import Selection, plan_swaps
+from ..core.plan import Selection
+from ..core.prediction import Prediction, PrefixPredictions
 from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
 from .predict import TracedStep, persistent_tensors
 from .recompute import plan_recomputes
 from .rewrite import find_candidates, layer_resolver
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The predicted device memory of one train step under one LMS setting (bytes)."""
-
-    batch_size: int
-    n_tensors: int  # swapped (after -1 is resolved)
-    lb: int
-    peak_bytes: int
-    peak_bytes_without_lms: int
-    swapped_bytes_per_step: int  # copied out, and the same again copied back in
-    candidates: int
-    persistent_bytes: int
-    recomputed_bytes_per_step: int = 0  # with recompute="only": computed again on the device, never copied
 
 
 def _specs(sample, batch_size: int):
@@ -51,7 +35,7 @@ def _specs(sample, batch_size: int):
     return tf.nest.map_structure(spec, tuple(sample))
 
 
-class StepPredictor:
+class StepPredictor(PrefixPredictions):
     """Predicts a model's train-step peak for any batch size, ``n_tensors`` and ``lb``.
 
     Args:
@@ -81,6 +65,8 @@ class StepPredictor:
         >>> many.peak_bytes < few.peak_bytes == few.peak_bytes_without_lms
         True
     """
+
+    compute_estimate = "the traced step's matrix FLOPs at the device's rate"  # what estimated_compute_s counts
 
     def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0",
                  order_backward: bool = False, lean_ops: bool = False, recompute=False):
@@ -145,51 +131,27 @@ class StepPredictor:
             self._replays[key] = step.replay(chosen, explain=True)
         return self._replays[key]
 
-    def _peak(self, lb: int, batch_size: int, count: int) -> int:
-        return self.persistent_bytes + self._replay(lb, batch_size, count).peak_bytes
+    def eligible(self, lb: int, batch_size: int) -> list:
+        return [item.candidate for item in self.candidates(lb, batch_size)]
+
+    def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
+        return self._replay(lb, batch_size, count).peak_bytes
 
     def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict:
         """``stats["peak"]`` (lms/peak.py) of the prediction with the first ``n_tensors`` candidates swapped
         (-1: all): the phase and op of the peak, its bytes by kind, and the 10 largest live tensors."""
-        eligible = self.candidates(lb, batch_size)
-        count = len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
+        count = self._count(n_tensors, lb, batch_size)
         optimizer = getattr(self.model, "optimizer", None)
-        return self.trace(batch_size).explain(eligible[:count], self._persistent, self._layer_of,
+        return self.trace(batch_size).explain(self.candidates(lb, batch_size)[:count], self._persistent, self._layer_of,
                                               getattr(optimizer, "name", None),
                                               result=self._replay(lb, batch_size, count))
 
-    def predict(self, n_tensors: int | None = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
-        """The predicted peak with the first ``n_tensors`` candidates swapped (-1: all; None: LMS's default plan)."""
-        if n_tensors is None:
-            return self.planned(lb, batch_size)
-        eligible = self.candidates(lb, batch_size)
-        count = len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
-        moved = sum(item.candidate.nbytes for item in eligible[:count])
-        recomputed = self.recompute == "only"
-        return Prediction(batch_size, count, lb, self._peak(lb, batch_size, count), self._peak(lb, batch_size, 0),
-                          0 if recomputed else moved, len(eligible), self.persistent_bytes,
-                          moved if recomputed else 0)
+    def estimated_compute_s(self, batch_size: int, device: str | None = None) -> float:
+        """The traced step's convolution and matrix-product FLOPs at ``device``'s matrix-product rate
+        (``compute.py``): a lower bound on the step's compute time."""
+        from .compute import device_flops_per_s, step_flops
 
-    def fewest_swaps(self, budget_bytes: int, lb: int = 1, batch_size: int = 32) -> int:
-        """The fewest tensors to swap for a predicted peak within ``budget_bytes``.
+        return step_flops(self.trace(batch_size).ops, batch_size) / device_flops_per_s(device)
 
-        Raises:
-            BudgetError: even swapping every candidate does not fit (the
-                message says what to try).
-        """
-        eligible = [item.candidate for item in self.candidates(lb, batch_size)]  # filtered, in forward order
-        # the search tries prefixes of `eligible` only, which _peak memoises by length
-        plan = plan_swaps(Selection(), eligible,
-                          lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes,
-                          self.persistent_bytes, budget_bytes=budget_bytes)
-        return len(plan.moved)
 
-    def planned(self, lb: int = 1, batch_size: int = 32, capacity_bytes: int | None = None) -> Prediction:
-        """The prediction for LMS's default plan: with a device ``capacity_bytes``, nothing where the step fits,
-        else the fewest bytes that fit; without, the lowest predicted peak, then the fewest bytes moved."""
-        eligible = [item.candidate for item in self.candidates(lb, batch_size)]
-        plan = plan_swaps(Selection(), eligible,
-                          lambda swapped: self._peak(lb, batch_size, len(swapped)) - self.persistent_bytes,
-                          self.persistent_bytes, capacity_bytes=capacity_bytes)
-        return self.predict(len(plan.moved), lb, batch_size)
-
+__all__ = ["StepPredictor", "Prediction"]

@@ -117,14 +117,6 @@ def test_lms_fit_compare_on_jax(shell, data):
     assert lms.to_dict()["device_peak_source"] == "predicted"
 
 
-def test_lms_tune_says_it_runs_on_tensorflow_and_what_to_use_here(shell, data):
-    from IPython.core.error import UsageError
-
-    shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
-    with pytest.raises(UsageError, match="the tuner predicts on TensorFlow's traced step.*'jax'.*%%lms_fit"):
-        shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16")
-
-
 def test_without_host_memory_to_offload_to_the_plan_recomputes_and_says_so(data, monkeypatch):
     from lms_magic.lms.jax import backend
 

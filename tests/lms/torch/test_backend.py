@@ -159,3 +159,11 @@ def test_the_default_plan_never_predicts_above_no_lms(data):
     stats = callback.stats
     assert stats.plan_rule is Rule.LOWEST_PEAK and stats.peak_source == "predicted"
     assert stats.device_peak_bytes <= stats.device_peak_bytes_without_lms
+
+
+def test_lms_tune_says_what_to_use_on_pytorch(shell, data):
+    from IPython.core.error import UsageError
+
+    shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
+    with pytest.raises(UsageError, match="TensorFlow's traced step or JAX's jaxpr.*'torch'.*%%lms_fit"):
+        shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16")

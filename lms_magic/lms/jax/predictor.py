@@ -1,0 +1,121 @@
+"""Instant predictions for any LMS setting on JAX: the step's jaxpr traced once per batch size, replayed on demand.
+
+What ``%lms_tune`` needs on Keras's JAX backend: the jaxpr of the loss's value and gradient, made as the
+``LMS`` callback makes it while it plans (``predict.trace_step``, every layer output named), its
+candidates (one per layer: its outputs, every call of it) and the replay's peak with any prefix of them
+offloaded or recomputed, memoised. ``lb`` changes nothing here: XLA schedules the copies back.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ... import compat
+from ..core.peak import LiveTensor
+from ..core.plan import Selection
+from ..core.prediction import PrefixPredictions
+from ..options import compiled_model, whole_number
+from .predict import JaxStep, array_bytes, differentiated, named_outputs, trace_step
+
+
+def _live(variables, kind: str) -> list[LiveTensor]:
+    return [LiveTensor(variable.path, variable.path.split("/")[0], tuple(variable.shape),
+                       array_bytes([variable.value]), kind) for variable in variables]
+
+
+class JaxStepPredictor(PrefixPredictions):
+    """Predicts a model's train-step peak on JAX for any batch size and ``n_tensors``.
+
+    Args:
+        model: a compiled Keras model (JAX backend). Its layers, loss, metrics and optimizer are built
+            from ``sample`` if they are not yet, as ``fit`` builds them.
+        sample: one batch ``(x, y)`` or ``(x, y, sample_weight)`` of any size (it gives the shapes and dtypes).
+        selection: the static filters (``min_bytes``, layers); its ``n_tensors`` is ignored.
+        recompute: "only" predicts ``LMS(recompute="only")`` (the candidates recomputed, nothing copied);
+            False (the default) offloads them.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")
+        ...                           for _ in range(6)] + [keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> predictor = JaxStepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
+        >>> few, many = predictor.predict(0, batch_size=1024), predictor.predict(-1, batch_size=1024)
+        >>> many.peak_bytes < few.peak_bytes == few.peak_bytes_without_lms
+        True
+    """
+
+    compute_estimate = "XLA's FLOP count of the loss's value and gradient at the device's matrix-product rate"
+
+    def __init__(self, model, sample, selection: Selection | None = None, recompute=False):
+        compiled_model(model)
+        compat.built_for_training(model, sample)
+        self.model, self.sample = model, tuple(sample)
+        self.selection = selection or Selection()
+        self.recompute = recompute
+        self.trace_s: float | None = None
+        self._layer_types = compat.layer_types(model)
+        optimizer = model.optimizer
+        self._persistent = (_live(model.trainable_variables + model.non_trainable_variables, "weights")
+                            + _live(optimizer.variables if optimizer is not None else [], "optimizer_state")
+                            + _live(model.metrics_variables, "other"))  # as the LMS callback counts them
+        self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
+        self._steps: dict[int, JaxStep] = {}
+        self._eligible: dict[int, list] = {}
+
+    def _inner_and_args(self, batch_size: int):
+        import jax
+
+        model = self.model
+
+        def inner(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables):
+            return model.compute_loss_and_updates(trainable, non_trainable, metrics, x, y, sample_weight,
+                                                  training=True, optimizer_variables=optimizer_variables)
+
+        def batch_of(array):
+            return jax.ShapeDtypeStruct((batch_size,) + tuple(array.shape[1:]), array.dtype)
+
+        x, y, sample_weight = (jax.tree_util.tree_map(batch_of, part) if part is not None else None
+                               for part in self.sample + (None,) * (3 - len(self.sample)))
+        optimizer = model.optimizer.variables if model.optimizer is not None else []
+        state = [[v.value for v in variables] for variables in (model.trainable_variables,
+                                                                 model.non_trainable_variables,
+                                                                 model.metrics_variables, optimizer)]
+        return inner, (state[0], state[1], state[2], x, y, sample_weight, state[3])
+
+    def trace(self, batch_size: int) -> JaxStep:
+        """The step's jaxpr at ``batch_size``, as LMS plans on it (once per batch size)."""
+        whole_number("batch_size", batch_size, 1)
+        if batch_size not in self._steps:
+            started = time.perf_counter()
+            inner, args = self._inner_and_args(batch_size)
+            with named_outputs(self.model):
+                self._steps[batch_size] = trace_step(inner, args, self._layer_types)
+            self.trace_s = time.perf_counter() - started
+        return self._steps[batch_size]
+
+    def eligible(self, lb: int, batch_size: int) -> list:
+        whole_number("lb", lb, 1)
+        if batch_size not in self._eligible:
+            self._eligible[batch_size] = self.selection.eligible(self.trace(batch_size).candidates)
+        return self._eligible[batch_size]
+
+    def candidates(self, lb: int, batch_size: int) -> list:
+        """The eligible candidates (``core.plan.Candidate``, one per layer) in forward order; ``lb`` aside."""
+        return self.eligible(lb, batch_size)
+
+    def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
+        return self.trace(batch_size).transient_peak(self.eligible(lb, batch_size)[:count])
+
+    def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict:
+        """``stats["peak"]`` (``core/peak.py``) with the first ``n_tensors`` candidates moved (-1: all): the
+        phase and equation of the peak, its bytes by kind, the 10 largest live tensors, the timeline."""
+        count = self._count(n_tensors, lb, batch_size)
+        return self.trace(batch_size).explain(self.eligible(lb, batch_size)[:count], self._persistent)
+
+    def estimated_compute_s(self, batch_size: int, device: str | None = None) -> float:
+        """XLA's FLOP count of the loss's value and gradient at ``batch_size``, at JAX's matrix-product rate on
+        its default device (``compute.py``): a lower bound on the step's compute time. ``device`` is unused."""
+        from .compute import device_flops_per_s, step_flops
+
+        return step_flops(*differentiated(*self._inner_and_args(batch_size))) / device_flops_per_s()

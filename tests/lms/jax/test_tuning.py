@@ -1,0 +1,106 @@
+"""``%lms_tune`` and ``TuningSession`` on Keras's JAX backend: predictions from the step's jaxpr that are LMS's
+own, measured trials from one saved start, autotune within a budget, the knobs JAX does not take refused."""
+
+import numpy as np
+import pytest
+
+from lms_magic import LMS
+from lms_magic.lms.core.search import Setting
+from lms_magic.lms.options import OptionError
+from lms_magic.tuning import TuningSession
+
+from ..torch.models import residual_bn_dropout
+
+
+def state_of(model) -> list:
+    return [np.array(v.numpy()) for v in model.variables + model.optimizer.variables]
+
+
+def assert_same_state(before, model):
+    after = state_of(model)
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture
+def session(data):
+    return TuningSession(residual_bn_dropout(), data, batch_size=16, steps=2, min_bytes=0)
+
+
+def test_the_tuner_predicts_the_peaks_lms_plans_by(session, data):
+    """What a slider shows is what LMS(n_tensors=N) then reports for the fit, to the byte."""
+    model = session.runner.model
+    estimates = [session.estimate(Setting(count, 1, 16)) for count in range(session.estimate(
+        Setting(-1, 1, 16)).candidates + 1)]
+    assert estimates[0].peak_bytes == estimates[0].peak_bytes_without_lms and estimates[0].swapped_bytes_per_step == 0
+    assert estimates[-1].peak_bytes < estimates[0].peak_bytes
+    assert [e.swapped_bytes_per_step for e in estimates] == sorted(e.swapped_bytes_per_step for e in estimates)
+    for count in (2, len(estimates) - 1):
+        callback = LMS(n_tensors=count, min_bytes=0, verbose=0)
+        model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[callback])
+        stats = callback.stats
+        assert stats.device_peak_bytes == estimates[count].peak_bytes
+        assert stats.device_peak_bytes_without_lms == estimates[count].peak_bytes_without_lms
+        assert stats.swapped_bytes_per_step == estimates[count].swapped_bytes_per_step
+    # the step-time ratio, from XLA's FLOP count before any trial: moving more never predicts a faster step
+    ratios = [e.step_ratio for e in estimates]
+    assert estimates[0].compute_source == "estimated" and ratios[0] == 1.0 and ratios == sorted(ratios)
+
+
+def test_a_trial_leaves_the_model_as_it_was_and_says_its_peak_is_predicted(session):
+    before = state_of(session.runner.model)
+    trial = session.measure(Setting(3, 1, 16))
+    assert trial.ok and trial.step_s > 0 and trial.peak_bytes == trial.predicted_peak_bytes
+    assert "jaxpr" in session.runner.peak_source and not session.runner.measures_peak
+    assert_same_state(before, session.runner.model)
+    assert session.estimate(Setting(3, 1, 16)).compute_source == "measured"
+
+
+def test_autotune_within_a_budget_measures_no_lb_jax_would_not_honour(session):
+    lowest, highest = (session.estimate(Setting(count, 1, 16)).peak_bytes for count in (-1, 0))
+    session.set_budget((lowest + highest) // 2)
+    found = session.autotune(max_trials=3)
+    assert found.best is not None and found.best.ok
+    assert session.estimate(found.best.setting).peak_bytes <= (lowest + highest) // 2
+    assert {trial.setting.lb for trial in found.trials} == {1}
+    assert session.lms_call(found.best.setting).startswith(f"LMS(n_tensors={found.best.setting.n_tensors}, lb=1")
+
+
+def test_options_jax_does_not_take_are_refused_with_why(session, data):
+    with pytest.raises(OptionError, match="lean_ops=True: not available on JAX"):
+        TuningSession(residual_bn_dropout(), data, batch_size=16, lean_ops=True)
+    with pytest.raises(OptionError, match="device='/GPU:0': not used on JAX"):
+        TuningSession(residual_bn_dropout(), data, batch_size=16, device="/GPU:0")
+    with pytest.raises(OptionError, match="order_backward=True: not available on JAX"):
+        session.set_options(order_backward=True)
+    assert session.lms_options["order_backward"] is False  # a refused change changes nothing
+    session.set_options(recompute="only")
+    recomputed = session.predictor.predict(-1, 1, 16)
+    assert recomputed.swapped_bytes_per_step == 0 and recomputed.recomputed_bytes_per_step > 0
+    assert "recompute='only'" in session.lms_call(Setting(-1, 1, 16))
+
+
+def test_lms_tune_prints_the_plan_and_autotunes_on_jax(shell, data, capsys):
+    shell.user_ns.update(model=residual_bn_dropout(), x=data[0], y=data[1])
+    shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16 --min-bytes 0")
+    printed = capsys.readouterr().out
+    assert "LMS's default plan swaps" in printed and "without LMS: peak" in printed and "with the plan: peak" in printed
+    found = shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16 --min-bytes 0 --autotune "
+                                             "--max-trials 2 --steps 2")
+    assert found.best is not None and found.measured_trials <= 2
+
+
+def test_the_widget_disables_the_knobs_jax_does_not_take(session):
+    from lms_magic.ui.tuner import Tuner
+
+    tuner = Tuner(session)
+    assert tuner.controls["lb"].disabled and tuner.toggles["lean_ops"].disabled
+    assert tuner.toggles["order_backward"].disabled and not tuner.toggles["recompute"].disabled
+    assert "jaxpr" in tuner.header.value
+    tuner.controls["n_tensors"].value = 0
+    plain = tuner.estimate.peak_bytes
+    tuner.controls["n_tensors"].value = tuner.controls["n_tensors"].max
+    assert tuner.estimate.peak_bytes < plain
+    with_lms = [trace.y[1] for trace in tuner.makeup_figure.data]
+    assert sum(with_lms) == pytest.approx(tuner.estimate.peak_bytes / 2**20)

@@ -27,18 +27,21 @@ browser:
 # The tests run in parallel (pytest-xdist: a process a core, at most 4, idle ones taking tests from busy ones).
 TORCH_TESTS := tests/lms/torch lms_magic/lms/torch
 JAX_TESTS := tests/lms/jax lms_magic/lms/jax
+# tests/conftest.py keeps tests/lms/{torch,jax} out of the TensorFlow run; the packages' doctests, which that conftest
+# does not reach, are left out here
+OTHER_BACKENDS := --ignore=lms_magic/lms/torch --ignore=lms_magic/lms/jax
 # The dashboard in the browser: JupyterLab here, the classic notebook too in test-colab.
 PARALLEL := -n auto --maxprocesses=4 --dist worksteal
 ONE_BROWSER := --deselect 'tests/test_browser.py::test_dashboard_renders_in_the_browser[notebook]'
 test: $(STAMP) browser
-	$(BIN)/python -m pytest $(PARALLEL) --durations=10 $(ONE_BROWSER)
+	$(BIN)/python -m pytest $(PARALLEL) --durations=10 $(ONE_BROWSER) $(OTHER_BACKENDS)
 	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
 # Before a release: make test's tests and the `release` ones too: the full-size keras.applications models with both
 # optimizers, all 60 seeded fault cases, the 120-call soak.
 test-all: $(STAMP) browser
-	LMS_SOAK_CALLS=120 $(BIN)/python -m pytest $(PARALLEL) --durations=10 -m "release or not release"
+	LMS_SOAK_CALLS=120 $(BIN)/python -m pytest $(PARALLEL) --durations=10 -m "release or not release" $(OTHER_BACKENDS)
 	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings -m "release or not release"
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
@@ -51,7 +54,7 @@ VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tes
 	tests/test_magics.py tests/test_compare.py \
 	$(ONE_REAL_MODEL)
 
-# The LMS tests on the oldest supported TensorFlow / Keras pair (lms_magic/compat.py SUPPORTED), in a venv of its own.
+# The LMS tests on the oldest supported TensorFlow / Keras pair (lms_magic/versions.py SUPPORTED), in a venv of its own.
 OLDEST := .venv-oldest
 $(OLDEST)/.installed: pyproject.toml
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)

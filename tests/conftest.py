@@ -50,7 +50,8 @@ def _gpu_available() -> bool:
 def pytest_ignore_collect(collection_path, config):
     """The PyTorch and JAX backends' tests (tests/lms/torch, lms_magic/lms/torch; tests/lms/jax,
     lms_magic/lms/jax) run in their own pytest runs with KERAS_BACKEND=torch or jax (Keras picks one backend a
-    process, and the TensorFlow run stays free of PyTorch and JAX)."""
+    process, and the TensorFlow run stays free of PyTorch and JAX). A conftest reaches only its own directory: the
+    Makefile's TensorFlow run leaves lms_magic/lms/{torch,jax} out with --ignore."""
     parts = collection_path.parts
     for backend in ("torch", "jax"):
         if backend in parts and "lms" in parts and os.environ.get("KERAS_BACKEND") != backend:

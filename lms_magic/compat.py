@@ -9,19 +9,11 @@ imports no framework.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import sys
 from collections import defaultdict
 from typing import Callable, Iterator
 
 _MISSING = object()
-
-# The framework versions whose private attributes this module is known to reach (the LMS tests
-# pass on each end of the range); outside it LMS refuses to start rather than fail half-way.
-# PyTorch is not checked: the PyTorch backend uses only its public saved-tensor hooks.
-SUPPORTED = {"tensorflow": ("2.17", "2.21"), "keras": ("3.5", "3.15")}
-SKIP_CHECK_VARIABLE = "LMS_MAGIC_SKIP_VERSION_CHECK"
 
 
 def output_can_be_silenced(function: Callable) -> Callable:
@@ -41,48 +33,6 @@ def output_can_be_silenced(function: Callable) -> Callable:
 
         return silenced
     return decorate(function)
-
-
-def _release(version: str) -> tuple[int, int]:
-    """The (major, minor) of a version string: "2.21.0rc1" -> (2, 21)."""
-    parts = re.findall(r"\d+", version)[:2]
-    return tuple(int(part) for part in parts) + (0,) * (2 - len(parts))
-
-
-def unsupported_versions(installed: dict[str, str]) -> list[str]:
-    """Each framework of ``installed`` (name -> version) outside SUPPORTED, said with the range.
-
-    Example:
-        >>> unsupported_versions({"keras": "3.15.1", "tensorflow": "2.12.0"})
-        ['tensorflow 2.12.0 (supported: 2.17 to 2.21)']
-    """
-    found = []
-    for name, version in installed.items():
-        low, high = SUPPORTED[name]
-        if not _release(low) <= _release(version) <= _release(high):
-            found.append(f"{name} {version} (supported: {low} to {high})")
-    return found
-
-
-def check_versions(backend: str) -> None:
-    """Raises RuntimeError when Keras or the backend's framework is outside the supported range.
-
-    Setting the environment variable LMS_MAGIC_SKIP_VERSION_CHECK=1 skips the check.
-    """
-    if os.environ.get(SKIP_CHECK_VARIABLE) == "1":
-        return
-    import keras
-
-    installed = {"keras": keras.__version__}
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        installed["tensorflow"] = tf.__version__
-    outside = unsupported_versions(installed)
-    if outside:
-        raise RuntimeError(f"LMS reaches into framework internals and is tested only within a version range: "
-                           f"{', '.join(outside)}. Install a supported version, or set {SKIP_CHECK_VARIABLE}=1 "
-                           "to try anyway (a failure may then be an unclear one).")
 
 
 @contextlib.contextmanager
@@ -139,13 +89,6 @@ def layer_types(model) -> dict[str, str]:
     for layer in layers_of(model):
         found.setdefault(layer.name, type(layer).__name__)
     return found
-
-
-def built_for_training(model, data_batch) -> None:
-    """Builds what ``fit`` builds before its first step (the layers, the compiled loss and metrics, the
-    optimizer's variables) from one batch ``(x, y)`` or ``(x, y, sample_weight)``, as ``fit`` would."""
-    batch = tuple(data_batch) + (None,) * (3 - len(data_batch))
-    model._symbolic_build(data_batch=batch)
 
 
 def jit_compile_requested(model) -> bool:

@@ -195,7 +195,9 @@ class LMS(keras.callbacks.Callback):
             from .jax.backend import unsupported_message
 
             raise RuntimeError(unsupported_message(name))
-        compat.check_versions(name)
+        from ..versions import check_versions
+
+        check_versions(name)
         if name == "jax":
             from .jax.backend import JaxBackend
 

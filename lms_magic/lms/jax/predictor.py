@@ -49,7 +49,7 @@ class JaxStepPredictor(PrefixPredictions):
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):
         compiled_model(model)
-        compat.built_for_training(model, sample)
+        compat.build_for_training(model, tuple(sample))
         self.model, self.sample = model, tuple(sample)
         self.selection = selection or Selection()
         self.recompute = recompute

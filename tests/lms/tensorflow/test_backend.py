@@ -246,9 +246,9 @@ def test_stats_and_summary_say_what_was_swapped_and_the_predicted_peaks(referenc
 
 
 def test_outside_the_supported_versions_lms_refuses_before_changing_anything(lms_options, monkeypatch):
-    from lms_magic import compat
+    from lms_magic import versions
 
-    monkeypatch.setitem(compat.SUPPORTED, "keras", ("3.0", "3.1"))
+    monkeypatch.setitem(versions.SUPPORTED, "keras", ("3.0", "3.1"))
     model = models.residual_bn_dropout()
     with pytest.raises(RuntimeError, match=r"keras 3\.\d+\.\d+ \(supported: 3\.0 to 3\.1\)\. Install a supported "
                                            r"version, or set LMS_MAGIC_SKIP_VERSION_CHECK=1"):

@@ -1,0 +1,117 @@
+"""%lms_tune on Keras's JAX backend, on this machine's CPU: ResNet-50 at 224x224.
+
+Prints:
+  - the one-off cost of a tuning session (the step's jaxpr traced and flattened at batch 64) and the time a
+    slider move takes to answer (one memoised replay of the jaxpr; and with both figures redrawn), median
+    and p95 over 24 moves of n_tensors (goal, as on TensorFlow: p95 < 100 ms);
+  - the replay's peak without LMS beside XLA's own figure for the compiled loss-and-gradient step
+    (``memory_analysis()``: arguments, outputs and temporaries), at batch 8: how far the jaxpr replay
+    over-counts the temporaries XLA fuses away;
+  - the largest batch (multiples of 8) whose predicted peak is within 16 GiB, without LMS and with every
+    layer output offloaded (predictions of the jaxpr replay: no GPU has run them).
+
+    KERAS_BACKEND=jax python benchmarks/lms_tune_jax.py [--skip-largest]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ["KERAS_BACKEND"] = "jax"
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lms_magic.lms.core.search import Setting  # noqa: E402
+from lms_magic.lms.jax.predict import differentiated, named_outputs  # noqa: E402
+from lms_magic.tuning import TuningSession  # noqa: E402
+from lms_magic.ui.tuner import Tuner  # noqa: E402
+
+MIB, GIB = 2**20, 2**30
+
+
+def resnet50():
+    keras.utils.set_random_seed(1)
+    model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3), classes=1000)
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy())
+    return model
+
+
+def slider_response(session):
+    tuner = Tuner(session)
+    count = tuner.controls["n_tensors"].max
+    moves, redraws = [], []
+    for _ in range(2):
+        for value in np.linspace(0, count, 12).astype(int):
+            tuner.controls["n_tensors"].value = int(value)
+            moves.append(tuner.response_s)
+            redraws.append(tuner.redraw_s)
+    for what, times in (("prediction only", moves), ("prediction and redraw of both figures", redraws)):
+        p95 = statistics.quantiles(times, n=20)[-1]
+        print(f"slider response ({what}), {len(times)} moves of n_tensors over {count} candidates at batch 64: "
+              f"median {1e3 * statistics.median(times):.0f} ms, p95 {1e3 * p95:.0f} ms, max {1e3 * max(times):.0f} ms")
+
+
+def against_xla(session, batch_size: int):
+    predictor = session.predictor
+    plain = predictor.predict(0, 1, batch_size)
+    with named_outputs(predictor.model):
+        function, specs = differentiated(*predictor._inner_and_args(batch_size))
+        started = time.perf_counter()
+        analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
+    xla = analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes \
+        - analysis.alias_size_in_bytes
+    print(f"batch {batch_size}, without LMS: the replay predicts {plain.peak_bytes / MIB:.1f} MiB (weights and "
+          f"optimizer state {plain.persistent_bytes / MIB:.1f}); XLA's compiled loss-and-gradient step "
+          f"({time.perf_counter() - started:.0f} s to compile) holds arguments {analysis.argument_size_in_bytes / MIB:.1f}"
+          f" + outputs {analysis.output_size_in_bytes / MIB:.1f} + temporaries {analysis.temp_size_in_bytes / MIB:.1f}"
+          f" MiB = {xla / MIB:.1f} MiB; replay / XLA "
+          f"{plain.peak_bytes / xla:.2f}")
+
+
+def largest_batch(session, budget_bytes: int):
+    predictor = session.predictor
+
+    def fits(batch_size: int, count: int) -> bool:
+        started = time.perf_counter()
+        peak = predictor.predict(count, 1, batch_size).peak_bytes
+        print(f"  batch {batch_size}, {'every output offloaded' if count else 'without LMS'}: "
+              f"{peak / GIB:.2f} GiB ({time.perf_counter() - started:.0f} s)", flush=True)
+        return peak <= budget_bytes
+
+    for label, count in (("without LMS", 0), ("every layer output offloaded", -1)):
+        low, high = 8, 16
+        while fits(high, count):
+            low, high = high, high * 2
+        while high - low > 8:
+            middle = (low + high) // 16 * 8
+            low, high = (middle, high) if fits(middle, count) else (low, middle)
+        print(f"largest batch within {budget_bytes / GIB:.0f} GiB, {label}: {low} (predicted)")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--skip-largest", action="store_true")
+    args = parser.parse_args()
+    print(f"Keras {keras.__version__}, JAX {jax.__version__} on {jax.devices()[0].platform}")
+    model = resnet50()
+    data = (np.zeros((2, 224, 224, 3), "float32"), np.zeros((2,), "int64"))
+    started = time.perf_counter()
+    session = TuningSession(model, data, batch_size=64, min_bytes=0)
+    first = session.estimate(Setting(-1, 1, 64))
+    print(f"ResNet-50 224x224: session, trace and first prediction at batch 64 {time.perf_counter() - started:.1f} s; "
+          f"{first.candidates} candidates; predicted peak {first.peak_bytes_without_lms / MIB:.0f} MiB without LMS, "
+          f"{first.peak_bytes / MIB:.0f} MiB with every layer output offloaded "
+          f"({first.swapped_bytes_per_step / MIB:.0f} MiB out per step)")
+    slider_response(session)
+    against_xla(session, 8)
+    if not args.skip_largest:
+        largest_batch(session, 16 * GIB)
+
+
+if __name__ == "__main__":
+    main()

@@ -26,7 +26,7 @@ from ..core.stats import LmsStats
 from ..options import LmsOptions
 
 PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
-                     "output held to its last reader; XLA fuses and keeps fewer)")
+                     "output held to its last reader; XLA fuses and schedules its own way)")
 
 
 def unsupported_message(backend: str) -> str:

@@ -104,3 +104,20 @@ def test_the_widget_disables_the_knobs_jax_does_not_take(session):
     assert tuner.estimate.peak_bytes < plain
     with_lms = [trace.y[1] for trace in tuner.makeup_figure.data]
     assert sum(with_lms) == pytest.approx(tuner.estimate.peak_bytes / 2**20)
+
+
+def test_apply_sets_the_next_lms_fit_on_jax(session, shell, data, capsys):
+    from lms_magic.ui.tuner import Tuner
+
+    tune_magics = shell.magics_manager.registry["LmsTuneMagics"]
+    tuner = Tuner(session, on_apply=tune_magics.on_apply)
+    tuner.controls["n_tensors"].value = 3
+    tuner.toggles["recompute"].value = True
+    code = tuner.apply()
+    assert "LMS(n_tensors=3, lb=1" in code and "recompute='only'" in code and code in capsys.readouterr().out
+    shell.user_ns.update(model=session.runner.model, x=data[0], y=data[1])
+    result = shell.run_cell_magic("lms_fit", "-q -o --min-bytes 0 --steps 1",
+                                  "model.fit(x, y, batch_size=16, verbose=0)")
+    stats = result.variants[-1].lms_stats
+    assert stats["recomputed_tensors"] == 3 and stats["swapped_tensors"] == 0
+    assert stats["device_peak_bytes"] == session.estimate(Setting(3, 1, 16)).peak_bytes

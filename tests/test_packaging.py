@@ -5,7 +5,6 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
 
 import lms_magic
 

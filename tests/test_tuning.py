@@ -3,7 +3,6 @@
 import functools
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from lms_magic.lms.core.search import Setting, grid_search

@@ -2,7 +2,6 @@
 
 import sys
 
-import pytest
 
 from lms_magic.memory import bandwidth
 from lms_magic.memory.bandwidth import DEFAULT_BYTES_PER_S, LinkBandwidth, host_link_bandwidth, time_copies

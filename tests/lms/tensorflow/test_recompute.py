@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from lms_magic import LMS
-from lms_magic.lms.options import OptionError
 from tests import models
 from tests.conftest import DEVICES
 from tests.lms.tensorflow.test_real_models import Case, application, reduced

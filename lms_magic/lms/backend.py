@@ -4,8 +4,9 @@ A backend does the work of one ``fit``: it is made when training begins (with th
 checked :class:`~lms_magic.lms.options.LmsOptions` and the fit's :class:`~lms_magic.lms.core.stats.LmsStats`),
 wraps the model's train step, is entered around every LMS step, hears once that the first step
 ran (then fills in the stats: what moved, the peaks), says its one-line summary, and is closed
-when the fit ends, however it ends. ``TensorFlowBackend`` (``tensorflow/backend.py``) and
-``TorchBackend`` (``torch/backend.py``) implement it; ``lms/fakes.py`` has a scripted one for tests.
+when the fit ends, however it ends. ``TensorFlowBackend`` (``tensorflow/backend.py``),
+``TorchBackend`` (``torch/backend.py``) and ``JaxBackend`` (``jax/backend.py``) implement it;
+``lms/fakes.py`` has a scripted one for tests.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The callback owns the options (checked once, ``options.py``), the fit's stats and the train
 function's place in the model (``train_function.py``); a backend (``backend.py``'s contract) does
-the work of one fit: ``TensorFlowBackend`` (graph rewrite, executed-graph replay) or
-``TorchBackend`` (saved-tensor hooks). JAX would be a third (``jax/backend.py`` says why it is not yet).
+the work of one fit: ``TensorFlowBackend`` (graph rewrite, executed-graph replay),
+``TorchBackend`` (saved-tensor hooks) or ``JaxBackend`` (``jax.checkpoint`` with an offload policy).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""LMS on Keras's JAX backend: not yet (backend.py says why)."""
+"""LMS on Keras's JAX backend: layer outputs offloaded (or recomputed) by XLA under ``jax.checkpoint``."""

@@ -49,8 +49,6 @@ def take_samples(data, count: int):
         >>> x[:, 0].tolist(), y.tolist()
         ([0.0, 1.0, 2.0, 0.0, 1.0], [0, 1, 2, 0, 1])
     """
-    import keras
-
     if data is None:
         raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
     if _is_dataset(data):  # only a tf.data.Dataset brings TensorFlow in
@@ -96,9 +94,9 @@ class TrialRunner:
         self.model, self.data, self.steps = model, data, steps
         self.options = dict(lms_options or {})
         self.backend = keras.backend.backend()
-        default, self.gpu = _accelerator(self.backend)
+        default, default_is_gpu = _accelerator(self.backend)
         self.device = self.options.pop("device", None) or default
-        self.gpu = self.gpu if self.device is None else "GPU" in self.device.upper()
+        self.gpu = default_is_gpu if self.device == default else "GPU" in self.device.upper()
         self.predictor = predictor
         self.start = FairStart(model, seed=1234)
 

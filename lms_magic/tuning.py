@@ -88,25 +88,23 @@ class TuningSession:
         whole_number("steps", steps, 1)
         options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget,
                              lean_ops=lean_ops, order_backward=order_backward, recompute=_tunable(recompute))
-        self.unavailable: dict[str, str] = {}  # an option this backend does not take -> why (the widget disables it)
-        if self.backend == "jax":
-            self.unavailable = dict(JAX_UNAVAILABLE)
-            _refuse_unavailable(options, self.unavailable)
-        else:
-            check_devices(options.device, options.host_device)
-        samples = take_samples(data, 2)
+        # an option this backend does not take -> why (refused here and in set_options; the widget disables it)
+        self.unavailable: dict[str, str] = dict(JAX_UNAVAILABLE) if self.backend == "jax" else {}
         self._predictors: dict[tuple, object] = {}  # (lean_ops, order_backward, recompute) -> its predictor
         if self.backend == "jax":
             from .lms.jax.predictor import JaxStepPredictor
 
+            _refuse_unavailable(options, self.unavailable)
             self._new_predictor = lambda lean, order, recompute: JaxStepPredictor(model, samples, options.selection,
                                                                                   recompute=recompute)
         else:
             from .lms.tensorflow.predictor import StepPredictor
 
+            check_devices(options.device, options.host_device)
             self._new_predictor = lambda lean, order, recompute: StepPredictor(
                 model, samples, options.selection, options.host_device or default_host(), order_backward=order,
                 lean_ops=lean, recompute=recompute)
+        samples = take_samples(data, 2)  # the predictors' shapes (the lambdas read it when called)
         self.predictor = self._predictor_for(options.lean_ops, options.order_backward, options.recompute)
         self.budget_bytes = None
         self.set_budget(options.budget_bytes)

@@ -77,7 +77,7 @@ class JaxBackend:
         stats.update(active=True, backend="jax", lb_counts="XLA's schedule")
         if options.lb != 1:
             stats.notes.append(f"lb={options.lb} is not honoured on JAX: XLA schedules the copies back")
-        kinds = memory_kinds()
+        self._kinds = kinds = memory_kinds()
         self.host_kind = "pinned_host" if "pinned_host" in kinds else "unpinned_host" if "unpinned_host" in kinds \
             else None
         if self.recompute is False and self.host_kind is None:
@@ -184,7 +184,7 @@ class JaxBackend:
         compile the step a second and a third time. Committing an array on its own device copies nothing."""
         import jax
 
-        kind = "device" if "device" in memory_kinds() else None
+        kind = "device" if "device" in self._kinds else None
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind=kind)
 
         def commit(leaf):

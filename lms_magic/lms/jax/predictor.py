@@ -100,10 +100,6 @@ class JaxStepPredictor(PrefixPredictions):
             self._eligible[batch_size] = self.selection.eligible(self.trace(batch_size).candidates)
         return self._eligible[batch_size]
 
-    def candidates(self, lb: int, batch_size: int) -> list:
-        """The eligible candidates (``core.plan.Candidate``, one per layer) in forward order; ``lb`` aside."""
-        return self.eligible(lb, batch_size)
-
     def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
         return self.trace(batch_size).transient_peak(self.eligible(lb, batch_size)[:count])
 

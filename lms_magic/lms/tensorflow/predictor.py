@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+
 import tensorflow as tf
 
 from ..core.plan import Selection
@@ -142,8 +143,8 @@ class StepPredictor(PrefixPredictions):
         (-1: all): the phase and op of the peak, its bytes by kind, and the 10 largest live tensors."""
         count = self._count(n_tensors, lb, batch_size)
         optimizer = getattr(self.model, "optimizer", None)
-        return self.trace(batch_size).explain(self.candidates(lb, batch_size)[:count], self._persistent, self._layer_of,
-                                              getattr(optimizer, "name", None),
+        return self.trace(batch_size).explain(self.candidates(lb, batch_size)[:count], self._persistent,
+                                              self._layer_of, getattr(optimizer, "name", None),
                                               result=self._replay(lb, batch_size, count))
 
     def estimated_compute_s(self, batch_size: int, device: str | None = None) -> float:

@@ -51,7 +51,7 @@ ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_
 VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tests/lms/tensorflow/test_backend.py \
 	tests/lms/tensorflow/test_predict.py tests/lms/tensorflow/test_recompute.py tests/lms/tensorflow/test_hybrid.py \
 	tests/lms/tensorflow/test_lean.py tests/lms/tensorflow/test_order.py \
-	tests/test_magics.py tests/test_compare.py \
+	tests/ipython/test_magics.py tests/fit/test_compare.py \
 	$(ONE_REAL_MODEL)
 
 # The LMS tests on the oldest supported TensorFlow / Keras pair (lms_magic/versions.py SUPPORTED), in a venv of its own.
@@ -79,7 +79,7 @@ $(COLAB)/.installed: pyproject.toml
 
 test-colab: $(COLAB)/.installed browser
 	LMS_MAGIC_EXPECT_IPYWIDGETS=7.7.1 LMS_MAGIC_EXPECT_IPYTHON=7.34 LMS_MAGIC_EXPECT_TENSORFLOW=2.19 \
-		LMS_MAGIC_EXPECT_KERAS=3.10 $(COLAB)/bin/python -m pytest $(PARALLEL) $(VERSIONED) tests/test_tune_magic.py tests/ui \
+		LMS_MAGIC_EXPECT_KERAS=3.10 $(COLAB)/bin/python -m pytest $(PARALLEL) $(VERSIONED) tests/ipython/test_lms_tune.py tests/ui \
 		tests/test_notebooks.py tests/test_browser.py -p no:warnings
 
 # The wheel and sdist users install (dist/), checked as PyPI would.

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 from lms_magic.lms.core.search import Setting  # noqa: E402
 from lms_magic.lms.jax.predict import differentiated, named_outputs  # noqa: E402
-from lms_magic.tuning import TuningSession  # noqa: E402
+from lms_magic.tuning.session import TuningSession  # noqa: E402
 from lms_magic.ui.tuner import Tuner  # noqa: E402
 
 MIB, GIB = 2**20, 2**30

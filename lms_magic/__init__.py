@@ -28,16 +28,16 @@ if "tensorflow" not in sys.modules:
 _PUBLIC = {
     "profile_memory": "lms_magic.memory.profile",
     "MemoryProfiler": "lms_magic.memory.profile",
-    "MemoryReport": "lms_magic.results",
+    "MemoryReport": "lms_magic.memory.report",
     "LMS": "lms_magic.lms.callback",
     "LMSKerasCallback": "lms_magic.lms.tflms",
     "LmsStats": "lms_magic.lms.core.stats",
-    "fit_generator": "lms_magic.legacy",
+    "fit_generator": "lms_magic.fit.legacy",
     "parse_bytes": "lms_magic.units",
     "predict_step": "lms_magic.lms.tensorflow.probe",
     "autotune": "lms_magic.tuning",
     "TuningSession": "lms_magic.tuning",
-    "simulate_accelerator": "lms_magic.devices",
+    "simulate_accelerator": "lms_magic.lms.devices",
     "memory_timeline_figure": "lms_magic.ui.plots",
     "save_html": "lms_magic.ui.report_html",
 }
@@ -78,8 +78,8 @@ def _render_results_as_html(shell) -> None:
     draw them, by name, so nothing is imported until one is shown.
     """
     formatter = shell.display_formatter.formatters["text/html"]
-    formatter.for_type_by_name("lms_magic.results", "MemoryReport", _memory_report_html)
-    formatter.for_type_by_name("lms_magic.fit_results", "LmsFitResult", _fit_result_html)
+    formatter.for_type_by_name("lms_magic.memory.report", "MemoryReport", _memory_report_html)
+    formatter.for_type_by_name("lms_magic.fit.results", "LmsFitResult", _fit_result_html)
 
 
 if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None:
@@ -88,7 +88,7 @@ if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None
 
 def load_ipython_extension(ipython) -> None:
     """Called by ``%load_ext lms_magic``: registers the magics, and the results' HTML tables."""
-    from .magics import register
+    from .ipython import register
 
     _render_results_as_html(ipython)
     register(ipython)
@@ -96,6 +96,6 @@ def load_ipython_extension(ipython) -> None:
 
 def unload_ipython_extension(ipython) -> None:
     """Called by ``%unload_ext lms_magic``: removes what loading registered."""
-    from .magics import unregister
+    from .ipython import unregister
 
     unregister(ipython)

@@ -1,15 +1,16 @@
 """The framework versions LMS is tested with, and the check that refuses others before anything changes.
 
-LMS reaches into Keras's and TensorFlow's internals (``compat.py``); outside the range below it refuses to
+LMS reaches into Keras's and TensorFlow's internals (``keras_internals.py``, ``lms/tensorflow/internals.py``); outside the range below it refuses to
 start rather than fail half-way.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 
-# The framework versions whose private attributes compat.py is known to reach (the LMS tests
+# The framework versions whose private attributes keras_internals.py and lms/tensorflow/internals.py are known to reach (the LMS tests
 # pass on each end of the range); outside it LMS refuses to start rather than fail half-way.
 # PyTorch is not checked: the PyTorch backend uses only its public saved-tensor hooks.
 SUPPORTED = {"tensorflow": ("2.17", "2.21"), "keras": ("3.5", "3.15")}
@@ -37,8 +38,9 @@ def unsupported_versions(installed: dict[str, str]) -> list[str]:
     return found
 
 
-def check_versions(backend: str) -> None:
-    """Raises RuntimeError when Keras or the backend's framework is outside the supported range.
+def check_versions(frameworks: tuple[str, ...] = ()) -> None:
+    """Raises RuntimeError when Keras or one of ``frameworks`` (module names: ``("tensorflow",)``) is outside the
+    supported range.
 
     Setting the environment variable LMS_MAGIC_SKIP_VERSION_CHECK=1 skips the check.
     """
@@ -47,10 +49,8 @@ def check_versions(backend: str) -> None:
     import keras
 
     installed = {"keras": keras.__version__}
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        installed["tensorflow"] = tf.__version__
+    for name in frameworks:
+        installed[name] = importlib.import_module(name).__version__
     outside = unsupported_versions(installed)
     if outside:
         raise RuntimeError(f"LMS reaches into framework internals and is tested only within a version range: "

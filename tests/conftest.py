@@ -164,7 +164,7 @@ def tuning_data():
 @pytest.fixture
 def tuning_session(tuning_data, devices):
     """A TuningSession over the small reference CNN, batch 16, two timed steps a trial, on the split CPU."""
-    from lms_magic.tuning import TuningSession
+    from lms_magic.tuning.session import TuningSession
     from tests.models import reference_cnn_small
 
     return TuningSession(reference_cnn_small(), tuning_data, batch_size=16, steps=2, min_bytes=0,

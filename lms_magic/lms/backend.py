@@ -6,7 +6,7 @@ wraps the model's train step, is entered around every LMS step, hears once that 
 ran (then fills in the stats: what moved, the peaks), says its one-line summary, and is closed
 when the fit ends, however it ends. ``TensorFlowBackend`` (``tensorflow/backend.py``),
 ``TorchBackend`` (``torch/backend.py``) and ``JaxBackend`` (``jax/backend.py``) implement it;
-``lms/fakes.py`` has a scripted one for tests.
+``lms_magic/testing/backends.py`` has a scripted one for tests.
 """
 
 from __future__ import annotations

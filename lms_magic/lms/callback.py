@@ -1,6 +1,6 @@
 """The ``LMS`` Keras callback: Large Model Support for Keras 3, over one backend per framework.
 
-The callback owns the options (checked once, ``options.py``), the fit's stats and the train
+The callback owns the options (checked once, ``lms/options.py``), the fit's stats and the train
 function's place in the model (``train_function.py``); a backend (``backend.py``'s contract) does
 the work of one fit: ``TensorFlowBackend`` (graph rewrite, executed-graph replay),
 ``TorchBackend`` (saved-tensor hooks) or ``JaxBackend`` (``jax.checkpoint`` with an offload policy).
@@ -13,10 +13,11 @@ import warnings
 
 import keras
 
-from .. import compat
+from .. import keras_internals
+from ..versions import check_versions
 from .backend import Action, Backend, BackendFactory
-from .core.plan import DEFAULT_MIN_BYTES
 from .core.stats import LmsStats
+from .framework import framework as chosen_framework
 from .options import LmsOptions
 from .train_function import LmsTrainFunction
 
@@ -33,7 +34,7 @@ class LMS(keras.callbacks.Callback):
     copied back ``lb`` backward ops before the op that reads it. The values are
     only copied: losses and weights are those of training without LMS
     (bit-identical on the models the tests train but two, which differ by
-    float rounding; the README says which).
+    float rounding; docs/lms.md says which).
 
     Args:
         n_tensors: which tensors to swap, first produced first. None (the
@@ -72,7 +73,7 @@ class LMS(keras.callbacks.Callback):
             with True, swaps back in), is dropped after the forward pass and
             computed again, to the bit, just before the backward pass reads
             it. Training is bit-identical on some models and differs at
-            float rounding on others (docs/lms.md says which). On PyTorch
+            float rounding on others (docs/lms_modes.md says which). On PyTorch
             a recomputed layer is a cheap one (a normalization, an
             activation, a dropout) run under ``torch.utils.checkpoint``,
             with its state set back for the second run, chosen where it
@@ -81,7 +82,7 @@ class LMS(keras.callbacks.Callback):
         lean_ops: True computes each BatchNormalization's gradient in one
             piece (two full-size intermediates instead of Keras's four and
             more) while LMS trains: a lower backward-pass peak, at the price
-            of results that differ at float rounding (docs/lms.md: measured
+            of results that differ at float rounding (docs/measurements.md: measured
             differences). Defaults to False. On PyTorch, the normalization
             runs in PyTorch's fused kernel (``torch.nn.functional.batch_norm``),
             which keeps the input and per-channel statistics for the backward
@@ -92,18 +93,18 @@ class LMS(keras.callbacks.Callback):
             BatchNormalization gradients no longer side by side): control
             edges only, every value bit-identical. Swaps only (with
             ``recompute`` it is left off, and said). Off by default: the
-            predicted gains are not yet measured ones (docs/lms.md).
+            predicted gains are not yet measured ones (docs/lms_modes.md).
             ``stats.ordered_layers`` counts the layers so ordered.
             TensorFlow only. Defaults to False.
         backend: makes the engine of each fit from ``(model, options, stats)``
-            (``lms/backend.py``'s contract); ``lms.fakes.FakeBackends`` is a
+            (``lms/backend.py``'s contract); ``lms_magic.testing.backends.FakeBackends`` is a
             scripted one for tests. Defaults to None: Keras's backend's engine.
 
     Raises:
         lms_magic.lms.options.OptionError: (a ValueError) an option's value is not one it takes.
 
     After training, ``stats`` (an ``LmsStats``) holds what was done, and the device peak predicted
-    (TensorFlow, PyTorch, and JAX from the step's jaxpr: docs/pytorch.md) or measured (PyTorch with CUDA).
+    (TensorFlow, PyTorch, and JAX from the step's jaxpr: docs/jax.md) or measured (PyTorch with CUDA).
 
     Example:
         >>> import keras, numpy as np
@@ -117,20 +118,27 @@ class LMS(keras.callbacks.Callback):
         (True, True)
     """
 
-    def __init__(self, n_tensors: int | None = None, lb: int = 1, budget=None, min_bytes: int = DEFAULT_MIN_BYTES,
-                 include_layers=(), exclude_layers=(), include_types=(), exclude_types=(),
-                 device: str | None = None, host_device: str | None = None, verbose: int = 1, batch_size_hint=None,
-                 backend: BackendFactory | None = None, recompute=False, lean_ops: bool = False,
-                 order_backward: bool = False):
+    def __init__(self, *args, backend: BackendFactory | None = None, **options):
         super().__init__()
-        self.options = LmsOptions(n_tensors, lb, budget, min_bytes, include_layers, exclude_layers, include_types,
-                                  exclude_types, device, host_device, verbose, batch_size_hint, recompute,
-                                  lean_ops, order_backward)
+        self.options = LmsOptions.from_api(*args, **options)
         self._make_backend = backend
         self.stats = LmsStats(reason="not trained yet")
         self._backend: Backend | None = None  # while a fit with this callback runs
         self._function: LmsTrainFunction | None = None  # while a fit with this callback runs
         self._summary_line = ""
+
+    @classmethod
+    def from_options(cls, options: LmsOptions, backend: BackendFactory | None = None) -> "LMS":
+        """An ``LMS`` with ``options`` as they are (an ``LmsOptions``, checked when it was made): what the magics
+        and the tuner hand on.
+
+        Example:
+            >>> LMS.from_options(LmsOptions(lb=2, verbose=0)).lb
+            2
+        """
+        callback = cls(backend=backend)
+        callback.options = options
+        return callback
 
     # the options, as attributes (TFLMS's callback had them so)
     n_tensors = property(lambda self: self.options.n_tensors)
@@ -153,69 +161,28 @@ class LMS(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._restore()
         LmsTrainFunction.remove_from(self._keras_model)  # left by a fit that ended between a batch begin and its step
-        name = keras.backend.backend()
-        self.stats = LmsStats(backend=name if name in ("tensorflow", "torch", "jax") and self._make_backend is None
-                              else None,
-                              budget_bytes=self.options.budget_bytes)
-        batch_size, source = compat.fit_batch_size(compat.calling_frames(depth=12))
+        framework = chosen_framework()
+        make = self._make_backend
+        self.stats = LmsStats(backend=framework.name if make is None else None, budget_bytes=self.options.budget_bytes)
+        batch_size, source = keras_internals.fit_batch_size(keras_internals.calling_frames(depth=12))
         self.stats.update(batch_size=batch_size, batch_size_source=source)
-        make, options = self._make_backend, self._resolved_options(name)
+        options = framework.prepare(self.options, self.stats)
         if make is None:
-            make = self._framework_backend(name, options)
-            if make is None:
+            check_versions(framework.version_modules)
+            off = framework.off_reason(options)
+            if off is not None:
+                self.stats.reason, notice = off
+                if options.verbose:
+                    warnings.warn(notice, LmsNotice, stacklevel=2)
                 return
-        self.stats.notes += options.selection.unknown_names(compat.layer_types(self._keras_model))
+            make = framework.backend()
+        self.stats.notes += _not_honoured(options, framework.unavailable)
+        self.stats.notes += options.selection.unknown_names(keras_internals.layer_types(self._keras_model))
         if options.n_tensors == 0 and options.budget_bytes is None:
             self.stats.reason = "n_tensors=0: LMS is off"
             return
         self._backend = make(self._keras_model, options, self.stats)
         self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
-
-    def _resolved_options(self, name: str) -> LmsOptions:
-        """The options with the devices checked and filled in (the accelerator LMS relieves, the host), and the
-        accelerator's capacity in the stats."""
-        from .. import devices
-
-        options = self.options
-        if name == "jax":
-            self.stats.capacity_bytes = _jax_capacity_bytes()
-            return options
-        if name not in ("tensorflow", "torch"):
-            return options
-        devices.check_devices(options.device, options.host_device, name)
-        device = devices.accelerator(options.device, name)
-        self.stats.capacity_bytes = devices.capacity_bytes(device, name)
-        if name == "torch":
-            return options
-        return options.replace(device=device, host_device=options.host_device or devices.default_host())
-
-    def _framework_backend(self, name: str, options: LmsOptions) -> BackendFactory | None:
-        """The engine of Keras's backend (None: LMS stays off, and ``stats.reason`` says why)."""
-        if name not in ("tensorflow", "torch", "jax"):
-            from .jax.backend import unsupported_message
-
-            raise RuntimeError(unsupported_message(name))
-        from ..versions import check_versions
-
-        check_versions(name)
-        if name == "jax":
-            from .jax.backend import JaxBackend
-
-            return JaxBackend
-        if name == "torch":
-            from .torch.backend import TorchBackend
-
-            return TorchBackend
-        if options.device is None:
-            self.stats.reason = "no GPU"
-            if options.verbose:
-                warnings.warn("LMS: no GPU found, so nothing is swapped (pass device=..., or --device in %%lms_fit, "
-                              "to choose one, or call lms_magic.simulate_accelerator() to see LMS on a CPU)",
-                              LmsNotice, stacklevel=2)
-            return None
-        from .tensorflow.backend import TensorFlowBackend
-
-        return TensorFlowBackend
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._function is not None:
@@ -258,13 +225,13 @@ class LMS(keras.callbacks.Callback):
         """
         model = self._keras_model
         self._jit_off = not getattr(self._backend, "keeps_jit", False)
-        if self._jit_off and compat.jit_compile_requested(model) and jit_note not in self.stats.notes:
+        if self._jit_off and keras_internals.jit_compile_requested(model) and jit_note not in self.stats.notes:
             self.stats.notes.append(jit_note)
             self.stats.jit_compile_off = True
         self._lms_step = train_step
         plain = model.train_function
         try:
-            with compat.train_step_replaced(model, train_step, self._jit_off):
+            with keras_internals.train_step_replaced(model, train_step, self._jit_off):
                 model.make_train_function(force=True)
                 made = model.train_function
         finally:
@@ -282,7 +249,7 @@ class LMS(keras.callbacks.Callback):
         trains: Keras tells callbacks nothing then.)
         """
         try:
-            with compat.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
+            with keras_internals.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
                 self.stats.steps += 1
                 yield
         except BaseException:
@@ -307,12 +274,29 @@ class LMS(keras.callbacks.Callback):
             backend.close()
 
 
-def _jax_capacity_bytes() -> int | None:
-    """The memory JAX's default device may use (a GPU's or TPU's ``bytes_limit``); None where it says nothing (a CPU)."""
-    import jax
+def _not_honoured(options: LmsOptions, unavailable: dict[str, str]) -> list[str]:
+    """A note for each option set away from its default that the framework does not honour (``unavailable``: why).
 
-    try:
-        stats = jax.devices()[0].memory_stats() or {}
-    except Exception:  # a platform without memory statistics
-        return None
-    return stats.get("bytes_limit")
+    Example:
+        >>> _not_honoured(LmsOptions(lb=2, lean_ops=True), {"lb": "not honoured here", "lean_ops": "not here"})
+        ['lb=2 is not honoured here', 'lean_ops is not here']
+    """
+    defaults = LmsOptions()
+    notes = []
+    for name, why in unavailable.items():
+        value = getattr(options, name)
+        if value != getattr(defaults, name):
+            notes.append(f"{name}={value!r} is {why}" if name == "lb" else f"{name} is {why}")
+    return notes
+
+
+def _signature():
+    """``LMS(...)``'s signature as ``help(LMS)`` and editors show it: every ``LmsOptions`` field, then ``backend``."""
+    import inspect
+
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)] + LmsOptions.api_signature()
+    parameters.append(inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None))
+    return inspect.Signature(parameters)
+
+
+LMS.__init__.__signature__ = _signature()

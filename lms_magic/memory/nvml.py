@@ -178,7 +178,7 @@ def visible_indices(source: GpuSource, environ=os.environ) -> list[int]:
     listing stops at the first entry that names no GPU, as in CUDA.
 
     Example:
-        >>> from lms_magic.memory.fakes import FakeGpuSource, FakeGpu
+        >>> from lms_magic.testing.memory import FakeGpuSource, FakeGpu
         >>> source = FakeGpuSource([FakeGpu("A"), FakeGpu("B"), FakeGpu("C")])
         >>> visible_indices(source, {"CUDA_VISIBLE_DEVICES": "2,0"})
         [2, 0]

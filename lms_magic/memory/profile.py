@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Callable, Iterable, Iterator
 
-from ..results import AllocatorPeak, GpuMemory, HostMemory, MemoryReport, Timeline
+from .report import AllocatorPeak, GpuMemory, HostMemory, MemoryReport, Timeline
 from .frameworks import AllocatorCounter, discover_counters
 from .host import PeakWindow, rss_bytes
 from .nvml import GpuLost, GpuSource, GpuUnavailable, NvmlSource, visible_indices

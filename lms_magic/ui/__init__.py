@@ -1,1 +1,1 @@
-"""Showing results: plotly figures (and, later, ipywidgets dashboards)."""
+"""Showing results: plotly figures, HTML tables and ipywidgets (the dashboard, the tuner); results never import it."""

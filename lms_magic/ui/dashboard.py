@@ -20,7 +20,7 @@ class Dashboard:
     ``summary`` (the table's HTML), shown one below the other.
 
     Example:
-        >>> from lms_magic.fit_results import LmsFitResult
+        >>> from lms_magic.fit.results import LmsFitResult
         >>> Dashboard(LmsFitResult()).headline
         '%%lms_fit: the cell called no fit'
     """

@@ -1,6 +1,6 @@
 """HTML of the result objects: the package's one table helper, a memory report, a %%lms_fit result and its page.
 
-The result objects (``results.py``, ``fit_results.py``) hold data and know
+The result objects (``memory/report.py``, ``fit/results.py``) hold data and know
 nothing of HTML: loading the extension (or importing ``lms_magic`` in IPython)
 makes notebooks render them with these, and :func:`save_html` writes a page.
 """
@@ -83,7 +83,7 @@ def save_html(result, path) -> None:
 
     Example:
         >>> import pathlib, tempfile
-        >>> from lms_magic.fit_results import LmsFitResult
+        >>> from lms_magic.fit.results import LmsFitResult
         >>> page = pathlib.Path(tempfile.mkdtemp()) / "comparison.html"
         >>> save_html(LmsFitResult(), page)
         >>> "the cell called no fit" in page.read_text()

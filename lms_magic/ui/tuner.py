@@ -25,7 +25,7 @@ def _batch_choices(batch_size: int) -> list[int]:
 
 
 class Tuner:
-    """Widgets around a :class:`lms_magic.tuning.TuningSession`.
+    """Widgets around a :class:`lms_magic.tuning.session.TuningSession`.
 
     ``controls`` holds the sliders by knob name and ``buttons`` the buttons;
     ``estimate`` is the prediction for the current slider values,

@@ -1,4 +1,4 @@
-"""The ``LMS`` callback's contract with its backend, driven through a scripted fake (lms/fakes.py).
+"""The ``LMS`` callback's contract with its backend, driven through a scripted fake (lms_magic/testing/backends.py).
 
 Each test trains a tiny Keras model plainly while the callback drives a fake backend: made once per
 fit, entered around every LMS step, told once that the first step ran, closed however the fit
@@ -12,7 +12,7 @@ import pytest
 
 from lms_magic import LMS
 from lms_magic.lms.backend import Action
-from lms_magic.lms.fakes import FakeBackends, FakeFailure
+from lms_magic.testing.backends import FakeBackends, FakeFailure
 from lms_magic.lms.train_function import LmsTrainFunction
 
 STEPS = 4  # batches of 8 from 32 rows

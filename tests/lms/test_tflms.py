@@ -3,7 +3,7 @@
 import pytest
 
 from lms_magic import LMSKerasCallback
-from lms_magic.lms.fakes import FakeBackends
+from lms_magic.testing.backends import FakeBackends
 
 from .test_callback import fit, tiny_model
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lms_magic.memory.fakes import FakeGpu, FakeGpuSource
+from lms_magic.testing.memory import FakeGpu, FakeGpuSource
 from lms_magic.memory.nvml import GpuLost, GpuUnavailable, NvmlSource, visible_indices
 
 

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 import lms_magic
-from lms_magic.memory.fakes import FakeClock, FakeCounter, FakeGpu, FakeGpuSource
+from lms_magic.testing.memory import FakeClock, FakeCounter, FakeGpu, FakeGpuSource
 from lms_magic.memory.profile import MemoryProfiler, UnknownDeviceError, profile_memory
 
 MIB = 2**20

@@ -2,8 +2,8 @@
 
 import time
 
-from lms_magic.fit_results import LmsFitResult, VariantResult
-from lms_magic.memory.fakes import FakeCounter, FakeGpu, FakeGpuSource
+from lms_magic.fit.results import LmsFitResult, VariantResult
+from lms_magic.testing.memory import FakeCounter, FakeGpu, FakeGpuSource
 from lms_magic.memory.profile import MemoryProfiler
 from lms_magic.ui.plots import MAX_POINTS, downsample, fit_figures, memory_timeline_figure
 

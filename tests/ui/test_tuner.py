@@ -7,7 +7,7 @@ import pytest
 from lms_magic.lms.core.search import Setting
 from lms_magic.ui.tuner import Tuner
 from tests.conftest import DEVICES, state_of
-from tests.test_tuning import assert_same_state
+from tests.tuning.test_session import assert_same_state
 
 MIB = 2**20
 ACCELERATOR, HOST = DEVICES.accelerator, DEVICES.host
@@ -94,8 +94,8 @@ def test_apply_sets_the_next_lms_fit_and_prints_the_call(tuning_session, shell, 
 
 def test_the_toggles_switch_the_predictions_the_trials_and_the_next_lms_fit(tuning_data, devices, shell):
     from lms_magic.lms.tensorflow.predictor import StepPredictor
-    from lms_magic.trials import take_samples
-    from lms_magic.tuning import TuningSession
+    from lms_magic.tuning.trials import take_samples
+    from lms_magic.tuning.session import TuningSession
     from tests.models import residual_bn_dropout
 
     fit_magics = shell.magics_manager.registry["LmsFitMagics"]
@@ -129,7 +129,7 @@ def test_the_toggles_switch_the_predictions_the_trials_and_the_next_lms_fit(tuni
 def test_recompute_only_predicts_recomputes_without_traffic_and_the_next_lms_fit_recomputes(tuning_data, devices,
                                                                                            shell):
     from lms_magic.lms.options import OptionError
-    from lms_magic.tuning import TuningSession
+    from lms_magic.tuning.session import TuningSession
     from tests.models import residual_bn_dropout
 
     fit_magics = shell.magics_manager.registry["LmsFitMagics"]

@@ -32,8 +32,8 @@ from .costs import StepCost
 DEFAULT_MIN_BYTES = 64 * 1024  # smaller tensors cost a transfer and save little
 PLANNED = None  # n_tensors's default: the plan with the lowest predicted peak
 PEAK_TOLERANCE = 0.01  # plans within 1% of the lowest peak count as equal: the fewest bytes moved wins
-# The share of a device's capacity LMS plans to leave free: the replay's prediction of a step's own bytes was
-# 0.79 to 1.00 of what TensorFlow's allocator measured on the tested models (README), and allocators fragment.
+# The share of a device's capacity LMS plans to leave free: the replay predicts a little less than allocators
+# measure, and allocators fragment (docs/measurements.md: the prediction against the allocator).
 CAPACITY_HEADROOM = 0.2
 
 

@@ -1,6 +1,6 @@
-"""What LMS did in one fit: ``LMS.stats``, one typed record for both backends.
+"""What LMS did in one fit: ``LMS.stats``, one typed record for every backend.
 
-Every field has one meaning on both backends; where a backend fills it
+Every field has one meaning on every backend; where a backend fills it
 differently, a field says how: ``peak_source`` ("predicted"; "measured" on PyTorch with
 CUDA where nothing was eligible to plan) for ``device_peak_bytes``, and ``lb_counts``
 ("backward ops" or "layers") for ``lb``. The record reads as attributes
@@ -36,7 +36,7 @@ class LmsStats:
 
     active: bool = False
     reason: str = ""  # why LMS is inactive
-    backend: Literal["tensorflow", "torch"] | None = None
+    backend: Literal["tensorflow", "torch", "jax"] | None = None
     steps: int = 0  # train steps run with LMS in this fit
     batch_size: int | None = None  # the batch the plan is sized for (the largest the data yields)
     batch_size_source: str = ""  # where it was read: "the traced batch", "the fit call's batch_size", ...
@@ -94,6 +94,27 @@ class LmsStats:
             if name not in _names():
                 raise AttributeError(f"LmsStats has no field {name!r}")
             setattr(self, name, value)
+
+    def record_plan(self, plan, rows=None) -> None:
+        """Records a ``core.plan.Plan``: its rule, its budget, the predictions it tried (added to earlier plans'),
+        its note (once); with ``rows`` (``(action, candidate)`` pairs: "swap" or "recompute" and a
+        ``core.plan.Candidate``), the plan's rows. Every backend records its plan here.
+
+        Example:
+            >>> from lms_magic.lms.core.plan import Candidate, Plan, Rule
+            >>> stats = LmsStats()
+            >>> conv = Candidate("conv/Relu:0", "conv", "Conv2D", (8, 16), 512, 0)
+            >>> stats.record_plan(Plan((conv,), Rule.LOWEST_PEAK, 1024, 2048, plans_tried=3), [("swap", conv)])
+            >>> str(stats.plan_rule), stats.plans_tried, stats.plan[0]["layer"], stats.plan[0]["bytes"]
+            ('lowest predicted peak', 3, 'conv', 512)
+        """
+        self.update(plan_rule=plan.rule, plans_tried=(self.plans_tried or 0) + plan.plans_tried,
+                    budget_bytes=plan.budget_bytes)
+        if rows is not None:
+            self.plan = [{"action": action, "tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type,
+                          "shape": c.shape, "bytes": c.nbytes} for action, c in rows]
+        if plan.note and plan.note not in self.notes:
+            self.notes.append(plan.note)
 
     def to_dict(self) -> dict[str, Any]:
         """The exported form: every field but the graph objects, lists copied."""

@@ -18,26 +18,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from ... import compat
-from ...units import MIB, format_size
+from ... import keras_internals
 from ..backend import Action
 from ..core.plan import BudgetError, plan_swaps
 from ..core.stats import LmsStats
+from ..core.summary import Words, summary_line
+from ..persistent import persistent_bytes
 from ..options import LmsOptions
 
 PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
                      "output held to its last reader; XLA fuses and schedules its own way)")
-
-
-def unsupported_message(backend: str) -> str:
-    """The error ``LMS`` raises on a backend it cannot offload on.
-
-    Example:
-        >>> "KERAS_BACKEND=jax" in unsupported_message("numpy")
-        True
-    """
-    return (f"LMS runs on Keras's TensorFlow, PyTorch and JAX backends; this Keras uses {backend!r}: set "
-            "KERAS_BACKEND=jax, torch or tensorflow before importing keras")
 
 
 def memory_kinds() -> set[str]:
@@ -67,16 +57,11 @@ class JaxBackend:
         self.recompute = options.recompute
         self.offloaded: dict[tuple, frozenset] = {}  # the step's input shapes -> the layers planned for them
         self.traces = 0
-        self._layer_types = {layer.name: type(layer).__name__ for layer in compat.layers_of(model)}
+        self._layer_types = {layer.name: type(layer).__name__ for layer in keras_internals.layers_of(model)}
         if options.recompute is True:
             stats.notes.append("recompute=True is not built on JAX: the plan offloads (recompute='only' recomputes)")
             self.recompute = False
-        for option in ("lean_ops", "order_backward"):
-            if getattr(options, option):
-                stats.notes.append(f"{option} is not available on JAX: XLA computes and orders the step")
         stats.update(active=True, backend="jax", lb_counts="XLA's schedule")
-        if options.lb != 1:
-            stats.notes.append(f"lb={options.lb} is not honoured on JAX: XLA schedules the copies back")
         self._kinds = kinds = memory_kinds()
         self.host_kind = "pinned_host" if "pinned_host" in kinds else "unpinned_host" if "unpinned_host" in kinds \
             else None
@@ -104,7 +89,7 @@ class JaxBackend:
 
         model = self.model
         checkpointed = self._checkpointed(model.compute_loss_and_updates)
-        with compat.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
+        with keras_internals.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
                 named_outputs(model):
             yield
 
@@ -138,7 +123,7 @@ class JaxBackend:
 
     # -- the plan --------------------------------------------------------------------------------
     def _plan(self, inner, args) -> frozenset:
-        from .predict import array_bytes, trace_step, tree_arrays
+        from .predict import trace_step, tree_arrays
 
         key = tuple((tuple(a.shape), str(a.dtype)) for a in tree_arrays(args[3:6]))
         if key in self.offloaded:
@@ -146,7 +131,7 @@ class JaxBackend:
         self.traces += 1
         step = trace_step(inner, args, self._layer_types)
         eligible = self.options.selection.eligible(step.candidates)
-        persistent = array_bytes(tree_arrays(args[:3]) + tree_arrays(args[6]))
+        persistent = persistent_bytes(self.model)
         selection, budget = self.options.selection, self.options.budget_bytes
         try:
             plan = plan_swaps(selection, eligible, step.transient_peak, persistent, budget, self.stats.capacity_bytes)
@@ -157,19 +142,15 @@ class JaxBackend:
         self.offloaded[key] = chosen
         moved = list(plan.moved)
         action = "recompute" if self.recompute == "only" else "swap"
-        self.stats.update(candidates=len(step.candidates), plan_rule=plan.rule, plans_tried=plan.plans_tried,
-                          budget_bytes=plan.budget_bytes, device_peak_bytes=plan.peak_bytes,
+        self.stats.update(candidates=len(step.candidates), device_peak_bytes=plan.peak_bytes,
                           device_peak_bytes_without_lms=plan.peak_bytes_without_lms, peak_source="predicted",
-                          prediction_source=PREDICTION_SOURCE,
-                          plan=[{"action": action, "tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type,
-                                 "shape": c.shape, "bytes": c.nbytes} for c in moved])
+                          prediction_source=PREDICTION_SOURCE)
+        self.stats.record_plan(plan, [(action, c) for c in moved])
         if action == "recompute":
             self.stats.update(recomputed_tensors=len(moved), recomputed_bytes_per_step=plan.moved_bytes,
                               swapped_tensors=0, swapped_bytes_per_step=0)
         else:
             self.stats.update(swapped_tensors=len(moved), swapped_bytes_per_step=plan.moved_bytes)
-        if plan.note:
-            self.stats.notes.append(plan.note)
         loop_note = ("the step has loops or conditionals (scan, while, cond): outputs inside them are not offloaded "
                      "(XLA has skipped offloads under scan with remat: jax#23869)")
         if step.flat.loops and loop_note not in self.stats.notes:
@@ -202,16 +183,8 @@ class JaxBackend:
         return Action.KEEP
 
     def summary_line(self) -> str:
-        stats = self.stats
-        moved = stats.recomputed_tensors if self.recompute == "only" else stats.swapped_tensors
-        what = (f"recomputing {moved} of {stats.candidates} layer outputs "
-                f"({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step)" if self.recompute == "only" else
-                f"offloading {moved} of {stats.candidates} layer outputs ({stats.swapped_bytes_per_step / MIB:.1f} "
-                f"MiB per step) to {self.host_kind.replace('_', ' ')} memory")
-        peak = stats.device_peak_bytes
-        return (f"LMS (JAX): {what}; " + (
-            f"predicted device peak {format_size(peak)} with LMS, {format_size(stats.device_peak_bytes_without_lms)} "
-            f"without ({stats.prediction_source})" if peak is not None else "no device peak predicted"))
+        return summary_line(self.stats, Words("LMS (JAX)", "layer outputs", "offloading",
+                                              f"{(self.host_kind or 'host').replace('_', ' ')} memory", "device"))
 
     def close(self) -> None:
         pass

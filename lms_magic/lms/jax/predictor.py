@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import time
 
-from ... import compat
-from ..core.peak import LiveTensor
+from ... import keras_internals
 from ..core.plan import Selection
+from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
-from .predict import JaxStep, array_bytes, differentiated, named_outputs, trace_step
-
-
-def _live(variables, kind: str) -> list[LiveTensor]:
-    return [LiveTensor(variable.path, variable.path.split("/")[0], tuple(variable.shape),
-                       array_bytes([variable.value]), kind) for variable in variables]
+from .predict import JaxStep, differentiated, named_outputs, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):
@@ -49,16 +44,13 @@ class JaxStepPredictor(PrefixPredictions):
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):
         compiled_model(model)
-        compat.build_for_training(model, tuple(sample))
+        keras_internals.build_for_training(model, tuple(sample))
         self.model, self.sample = model, tuple(sample)
         self.selection = selection or Selection()
         self.recompute = recompute
         self.trace_s: float | None = None
-        self._layer_types = compat.layer_types(model)
-        optimizer = model.optimizer
-        self._persistent = (_live(model.trainable_variables + model.non_trainable_variables, "weights")
-                            + _live(optimizer.variables if optimizer is not None else [], "optimizer_state")
-                            + _live(model.metrics_variables, "other"))  # as the LMS callback counts them
+        self._layer_types = keras_internals.layer_types(model)
+        self._persistent = persistent_tensors(model)  # as the LMS callback counts them
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._steps: dict[int, JaxStep] = {}
         self._eligible: dict[int, list] = {}

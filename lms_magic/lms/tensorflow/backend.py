@@ -20,9 +20,10 @@ import time
 
 import tensorflow as tf
 
-from ... import compat
+from . import internals as tf_internals
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
+from ..core.summary import Words, summary_line
 from ..options import LmsOptions
 from . import hybrid as _hybrid
 from . import lean as _lean
@@ -83,7 +84,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
             if not self._run_metadata:  # TensorFlow instantiates the function in this step
-                stack.enter_context(compat.collected_function_graphs(self._run_metadata))
+                stack.enter_context(tf_internals.collected_function_graphs(self._run_metadata))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
             yield
@@ -93,7 +94,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         replicas = self.model.distribute_strategy.num_replicas_in_sync
 
         def lms_train_step(data):
-            if not compat.in_function_graph():
+            if not tf_internals.in_function_graph():
                 return original(data)
             graph = tf.compat.v1.get_default_graph()
             if self.budget_bytes is not None and not self._budget_checked:
@@ -237,7 +238,7 @@ class TensorFlowBackend(ExecutedStepChecks):
             "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
             "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
         })
-        self._record_plan(plan)
+        self.stats.record_plan(plan)
         context = self._persistent(), self._layer_of, self._optimizer_scope()
         self.stats.update(peak=traced.explain(swaps, *context, with_lms),
                           peak_without_lms=plain.explain([], *context, without))
@@ -266,12 +267,6 @@ class TensorFlowBackend(ExecutedStepChecks):
     def _record(self, records) -> None:
         """The swaps and recomputes as inserted: stats' records and plan rows."""
         self.stats.update(_recompute.records_stats(records))
-
-    def _record_plan(self, plan: Plan) -> None:
-        self.stats.update(plan_rule=plan.rule, plans_tried=(self.stats.plans_tried or 0) + plan.plans_tried,
-                          budget_bytes=plan.budget_bytes)
-        if plan.note and plan.note not in self.stats.notes:
-            self.stats.notes.append(plan.note)
 
     def _retrace_swapped(self, graph, start: int, data) -> bool:
         """A retrace at a batch size already planned: the same tensors swapped, without searching again.
@@ -307,7 +302,8 @@ class TensorFlowBackend(ExecutedStepChecks):
         return True
 
     def summary_line(self) -> str:
-        return _messages.summary_line(self.stats, self.recompute, self.lb, self.device, self.host_device)
+        return summary_line(self.stats, Words("LMS", "tensors", "swapping", self.host_device, self.device,
+                                              lb=f"lb={self.lb}"))
 
     def close(self) -> None:
         """Nothing to release: the swaps live in the LMS train function, which the callback drops."""

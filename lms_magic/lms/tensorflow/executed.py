@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ... import compat
+from ... import keras_internals
 from ...units import format_size
 from ..backend import Action
 from ..core.plan import BudgetError, Rule
@@ -30,7 +30,7 @@ class ExecutedStepChecks:
         if not partitions or not self.stats.active:
             return Action.KEEP
         self.stats.partition_graphs = partitions
-        if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/lms.md)
+        if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/measurements.md)
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(_messages.why_nothing(self._plan))
             return Action.KEEP
@@ -45,7 +45,7 @@ class ExecutedStepChecks:
         self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
                            "peak": with_lms, "peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs" + (
-                               ", without XLA" if compat.jit_compile_requested(self.model) else ""),
+                               ", without XLA" if keras_internals.jit_compile_requested(self.model) else ""),
                            "unknown_size_nodes": unknown})
         if self._cost is None:
             self._cost = self._step_cost()
@@ -104,7 +104,7 @@ class ExecutedStepChecks:
         self.stats.update(planning_s=(self.stats.planning_s or 0) + time.perf_counter() - started)
         self.stats.notes = [note for note in self.stats.notes if not note.startswith("no swap lowers the predicted peak")]
         self._plan = plan
-        self._record_plan(plan)
+        self.stats.record_plan(plan)
         names = [candidate.tensor for candidate in plan.moved]
         if not names:
             return self._step_out(_messages.why_nothing(plan))

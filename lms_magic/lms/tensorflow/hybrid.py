@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from . import recompute as _recompute
 
-# Two executed graphs' predictions differ by a few hundred bytes where TensorFlow gives no size for a node (it is
-# sized by a guess), and by the small tensors (below min_bytes: per-channel statistics) that each step's own
-# program order keeps a little longer or shorter: 1364 bytes of 6.3 MiB (0.02%) on the tests' residual model once
-# each step was ordered by its own trace. The hybrid plan's step may be that much above swaps alone (0.1%), not more.
+# The hybrid plan's step may be this much above swaps alone, not more: two executed graphs' predictions differ a
+# little where TensorFlow gives no size for a node (sized by a guess), and by the small tensors each step's own
+# program order keeps longer or shorter (docs/measurements.md has the sizes seen).
 PEAK_TOLERANCE = 1e-3
 from .graph import swap_name
 from .rewrite import insert_swaps

@@ -4,20 +4,20 @@ one piece.
 Keras 3 computes ``BatchNormalization`` unfused on TensorFlow (``ops.moments`` and
 ``ops.batch_normalization``), so its gradient is TensorFlow's automatic one through each of those
 ops: several full-size intermediates per layer, held side by side where a residual block's two
-branches are differentiated together (ResNet50's backward-pass peak: docs/lms.md). Here the
+branches are differentiated together (ResNet50's backward-pass peak: docs/lms_internals.md). Here the
 forward pass is Keras's own, op for op, and the gradient is the closed form
 
     dx = gamma * rstd * (dy - mean(dy) - xc * rstd**2 * mean(dy * xc)),   xc = x - mean
 
 which makes two full-size intermediates (``xc``, ``dy * xc``) where the automatic one makes four
 and more. It is the same function, computed in another order: the gradients differ from Keras's
-at float rounding (measured in docs/lms.md), so it is off unless asked for. ``xc`` is computed
+at float rounding (measured in docs/measurements.md), so it is off unless asked for. ``xc`` is computed
 after the upstream gradient has arrived (its mean plus ``sum(dy) - sum(dy)``), so that neither
 TensorFlow's executor nor the swap planner runs it in the forward pass.
 
 The layers are changed for the duration of each LMS step only (their ``call``, as an instance
 attribute) and are exactly as before after it, however it ends. It pays where a normalization's
-gradient makes the peak (ResNet50 224x224: docs/lms.md); where the peak is elsewhere, the lean
+gradient makes the peak (ResNet50 224x224: docs/lms_internals.md); where the peak is elsewhere, the lean
 gradient's per-channel tensors can be live there and raise it by a few hundred bytes.
 """
 

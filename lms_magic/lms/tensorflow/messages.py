@@ -1,13 +1,12 @@
-"""What the TensorFlow backend tells the user: its summary line and the notes on a plan that moves nothing.
+"""What the TensorFlow backend tells the user: the notes on a plan that moves nothing, and on the batch size.
 
 Pure formatting of the fit's :class:`~lms_magic.lms.core.stats.LmsStats` and the plan (no TensorFlow import).
 """
 
 from __future__ import annotations
 
-from ...units import MIB, format_size
+from ...units import format_size
 from ..core.plan import Plan, Rule
-from ..core.stats import LmsStats
 from .graph import phase_of
 
 
@@ -34,32 +33,6 @@ def why_nothing(plan: Plan) -> str:
     if plan.rule is Rule.BUDGET:
         return "the step fits the budget without swaps"
     return "no swap lowers the peak the executed graphs predict"
-
-
-def summary_line(stats: LmsStats, recompute, lb: int, device: str, host_device: str) -> str:
-    """The one line LMS prints once its plan is made: what moves, the predicted peaks, the predicted step time."""
-    moved = stats.recomputed_tensors + stats.swapped_tensors
-    rule = f"first {moved}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
-    recomputed = f"{stats.recomputed_bytes_per_step / MIB:.1f} MiB per step"
-    swapped = f"{stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={lb}"
-    if recompute == "only":
-        what = (f"recomputing {stats.recomputed_tensors} of {stats.candidates} tensors ({recomputed}; "
-                f"plan: {rule}), nothing to the host")
-    elif stats.recomputed_tensors:
-        what = (f"recomputing {stats.recomputed_tensors} ({recomputed}) and swapping {stats.swapped_tensors} "
-                f"({swapped}) of {stats.candidates} tensors (plan: {rule}) to {host_device}")
-    else:
-        what = f"swapping {stats.swapped_tensors} of {stats.candidates} tensors ({swapped}; plan: {rule}) to " \
-               f"{host_device}"
-    ratio = stats.predicted_step_ratio if recompute != "only" else None
-    return (f"LMS: {what}; "
-            f"predicted {device} peak {stats.device_peak_bytes / MIB:.1f} MiB with LMS, "
-            f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
-            + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")
-            + (" (transfers only: the recomputes' own time is not counted)" if ratio and stats.recomputed_tensors
-               else "")
-            + (f"; lean BatchNormalization gradient in {stats.lean_layers} layers" if stats.lean_layers else "")
-            + (f"; backward pass one layer at a time ({stats.ordered_layers} layers)" if stats.ordered_layers else ""))
 
 
 def batch_notes(batch: int | None, source: str | None) -> list[str]:

@@ -3,7 +3,7 @@
 Two sources feed the same liveness replay (simulate.py): the traced FuncGraph
 (available before the first step runs, used to plan for a budget), and the
 partition graphs that TensorFlow actually executed after Grappler and
-placement (collected during the first step: compat.collected_function_graphs).
+placement (collected during the first step: tf_internals.collected_function_graphs).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from ..persistent import persistent_bytes, persistent_tensors
 from ..core.peak import LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, collector_paused, replay, with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
@@ -29,31 +30,8 @@ def device_suffix(device: str) -> str:
 
 
 def variables_bytes(model) -> int:
-    """Bytes of the model's and optimizer's variables (held through the step)."""
-    return sum(tensor.nbytes for tensor in persistent_tensors(model))
-
-
-def persistent_tensors(model) -> list[LiveTensor]:
-    """The model's variables ("weights") and the optimizer's ("optimizer_state"), each once."""
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and not getattr(optimizer, "built", True):
-        optimizer = type(optimizer).from_config(optimizer.get_config())  # sized on a copy: the model's untouched
-        optimizer.build(model.trainable_variables)
-    groups = [("weights", list(model.variables)), ("optimizer_state", list(getattr(optimizer, "variables", [])))]
-    tensors, seen = [], set()
-    for kind, variables in groups:
-        for variable in variables:
-            if id(variable) in seen:
-                continue
-            seen.add(id(variable))
-            shape = tuple(int(dim) for dim in variable.shape)
-            count = 1
-            for dim in shape:
-                count *= dim
-            name = getattr(variable, "path", None) or variable.name
-            tensors.append(LiveTensor(name, name.rsplit("/", 1)[0], shape, count * tf.as_dtype(variable.dtype).size,
-                                      kind))
-    return tensors
+    """Bytes of the model's, its optimizer's and its metrics' variables (held through the step)."""
+    return persistent_bytes(model)
 
 
 def _planned(swaps: list[TensorCandidate]) -> list[Swap]:

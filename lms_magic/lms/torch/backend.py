@@ -18,11 +18,13 @@ import contextlib
 import dataclasses
 import functools
 
-from ... import compat
-from ...units import MIB, format_size
+from ... import keras_internals
+from ...units import format_size
 from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
+from ..core.summary import Words, summary_line
+from ..persistent import persistent_bytes
 from ..options import LmsOptions
 from .offload import OffloadEvent, TorchOffloader
 from .predict import RecomputeChoice, SavedTensorStep, choose_recomputes
@@ -48,7 +50,7 @@ class TorchBackend:
         self.model, self.options, self.stats, self._observer = model, options, stats, observer
         self.device, self.lb = str(self.offloader.device), options.lb
         self._reads: list = []  # the first step's backward reads, in order
-        self._release_plan = compat.graph_release_plan(model)
+        self._release_plan = keras_internals.graph_release_plan(model)
         self._lean = None
         self._recorder, self._recomputed = None, []
         if options.recompute:
@@ -56,9 +58,6 @@ class TorchBackend:
             self.offloader.watch_all = True
             if options.recompute == "only":
                 self.offloader.n_tensors = 0  # nothing crosses the host link, in the first step either
-        if options.order_backward:
-            stats.notes.append("order_backward is not available on PyTorch: the backward pass runs in autograd's "
-                               "order")
         if options.lean_ops:
             from .lean import LeanOps
 
@@ -84,7 +83,7 @@ class TorchBackend:
         device memory is free before the forward pass ends (Keras would hold all of them to its end); with
         ``lean_ops``, its BatchNormalization layers lean while the step runs."""
         first = self.offloader.steps == 0
-        with compat.graph_intermediates_released(self._release_plan), \
+        with keras_internals.graph_intermediates_released(self._release_plan), \
                 (self._lean.applied() if self._lean is not None else contextlib.nullcontext()), \
                 (self._recorder.recording() if first and self._recorder is not None else
                  recomputed(self._recomputed) if self._recomputed else contextlib.nullcontext()):
@@ -113,13 +112,9 @@ class TorchBackend:
         self.stats.update(swapped_tensors=len(moved), swapped_bytes_per_step=plan.moved_bytes,
                           recomputed_tensors=len(recomputed),
                           recomputed_bytes_per_step=sum(c.nbytes for c in recomputed),
-                          plan=[{"action": action, "tensor": c.tensor, "layer": c.layer, "layer_type": c.layer_type,
-                                 "shape": c.shape, "bytes": c.nbytes} for action, c in rows],
-                          plan_rule=plan.rule, budget_bytes=plan.budget_bytes, plans_tried=plan.plans_tried,
                           device_peak_bytes=plan.peak_bytes, device_peak_bytes_without_lms=plan.peak_bytes_without_lms,
                           peak_source="predicted", prediction_source=self._source)
-        if plan.note:
-            self.stats.notes.append(plan.note)
+        self.stats.record_plan(plan, rows)
         if not moved and not recomputed and self.options.n_tensors is PLANNED:
             why = ("the step fits the device" if plan.rule is Rule.FITS_DEVICE else
                    "the step fits the budget" if plan.rule is Rule.BUDGET else
@@ -134,7 +129,7 @@ class TorchBackend:
         """The one rule on the first step's saved activations, their peak predicted by replaying them; with
         ``recompute``, on the step its chosen layers make (swaps alone where that is predicted lower)."""
         step = SavedTensorStep(eligible, self._reads, self.lb)
-        persistent = _variables_bytes(self.model)
+        persistent = persistent_bytes(self.model)
         offset, self._source = 0, "saved activations of the first step, replayed"
         measured = self.offloader.peak_bytes
         if measured is not None:  # CUDA: what the replay leaves out, from the probe's measured peak
@@ -176,21 +171,10 @@ class TorchBackend:
         return plan, choice
 
     def summary_line(self) -> str:
-        stats = self.stats
-        peak = stats.device_peak_bytes
-        offloading = (f"offloading {stats.swapped_tensors} of {stats.candidates} saved activations "
-                      f"({stats.swapped_bytes_per_step / MIB:.1f} MiB per step, lb={self.lb} layers) to "
-                      f"{'pinned ' if stats.pinned else ''}host memory")
-        if stats.recomputed_tensors:
-            recomputing = (f"recomputing {stats.recomputed_tensors} saved activations in {len(self._recomputed)} "
-                           f"layers ({stats.recomputed_bytes_per_step / MIB:.1f} MiB per step)")
-            offloading = recomputing + (f" and {offloading}" if stats.swapped_tensors else
-                                        ", nothing offloaded to host memory")
-        return (f"LMS (PyTorch): {offloading}; "
-                + (f"predicted {self.device} peak {peak / MIB:.1f} MiB with LMS, "
-                   f"{stats.device_peak_bytes_without_lms / MIB:.1f} MiB without ({stats.prediction_source})"
-                   if peak is not None else "no device peak predicted")
-                + (f"; lean BatchNormalization in {stats.lean_layers} layers" if stats.lean_layers else ""))
+        return summary_line(self.stats, Words(
+            "LMS (PyTorch)", "saved activations", "offloading",
+            f"{'pinned ' if self.stats.pinned else ''}host memory", self.device, lb=f"lb={self.lb} layers",
+            lean="BatchNormalization", recomputed_layers=len(self._recomputed) if self.stats.recomputed_tensors else None))
 
     def close(self) -> None:
         self.offloader.close()
@@ -202,11 +186,3 @@ def _hybrid_kept(hybrid: Plan, swaps_alone: Plan) -> bool:
     return hybrid.peak_bytes <= swaps_alone.peak_bytes or (
         bool(hybrid.fits) and hybrid.moved_bytes < swaps_alone.moved_bytes)
 
-
-def _variables_bytes(model) -> int:
-    """The bytes of the model's and its optimizer's variables (held through the step)."""
-    import numpy as np
-
-    optimizer = getattr(model, "optimizer", None)
-    variables = {id(v): v for v in list(model.variables) + list(getattr(optimizer, "variables", []))}.values()
-    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)

@@ -7,7 +7,7 @@ import pytest
 from lms_magic import LMS
 from lms_magic.lms.core.search import Setting
 from lms_magic.lms.options import OptionError
-from lms_magic.tuning import TuningSession
+from lms_magic.tuning.session import TuningSession
 
 from ..torch.models import residual_bn_dropout
 

@@ -302,7 +302,7 @@ def accelerator_memory(monkeypatch, devices):
     """Gives the simulated accelerator a capacity (``lms_magic.simulate_accelerator(memory=...)``; the tests'
     CPU is split already, so the call only sets it), put back as it was after the test."""
     import lms_magic
-    from lms_magic import devices as lms_devices
+    from lms_magic.lms import devices as lms_devices
 
     for name in ("_simulated", "_simulated_memory_bytes"):
         monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))

@@ -7,7 +7,7 @@ in :meth:`MemoryReport.to_dict`, whose keys say so (``*_mib``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from .units import MIB  # noqa: F401  (MIB: a name callers import from here)
+from ..units import MIB  # noqa: F401  (MIB: a name callers import from here)
 
 
 def _mib(n_bytes: int | None) -> float | None:
@@ -143,7 +143,7 @@ class MemoryReport:
         printer.text(str(self))
 
     def to_dict(self) -> dict:
-        """A JSON-ready summary (sizes in MiB); see the README for the keys."""
+        """A JSON-ready summary (sizes in MiB); see docs/gpumem.md for the keys."""
         host = self.host
         return {
             "status": self.status,

@@ -1,5 +1,5 @@
 """%lms_tune through a real InteractiveShell: bad input refused before anything runs, --autotune, help,
-and what it prints where there is no widget (tune_magic.py)."""
+and what it prints where there is no widget (ipython/lms_tune.py)."""
 
 import numpy as np
 import pytest
@@ -51,7 +51,7 @@ def test_autotune_from_the_magic_returns_the_search(shell, tuning_data, capsys):
 
 def test_lms_tune_help_lists_every_option():
     """`%lms_tune?` shows the docstring, which magic_arguments completes with the options."""
-    from lms_magic.tune_magic import LmsTuneMagics
+    from lms_magic.ipython.lms_tune import LmsTuneMagics
 
     help_text = LmsTuneMagics.lms_tune.__doc__
     for option in ("--data", "--batch-size", "--budget", "--steps", "--max-trials", "--min-bytes", "--device",

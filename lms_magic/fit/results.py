@@ -6,8 +6,8 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from .results import MIB, MemoryReport
-from .units import format_size
+from ..memory.report import MIB, MemoryReport
+from ..units import format_size
 
 
 @dataclass

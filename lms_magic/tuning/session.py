@@ -4,7 +4,7 @@ A :class:`TuningSession` holds what the sliders and buttons of ``%lms_tune``
 need: one step predictor (the liveness replay that ``LMS`` reports, traced once:
 :class:`~lms_magic.lms.tensorflow.predictor.StepPredictor` on TensorFlow's traced
 graph, :class:`~lms_magic.lms.jax.predictor.JaxStepPredictor` on JAX's jaxpr), one
-:class:`~lms_magic.trials.TrialRunner` (K steps from one saved start),
+:class:`~lms_magic.tuning.trials.TrialRunner` (K steps from one saved start),
 the host link bandwidth, and the trials so far. :func:`autotune` is the same
 search as a Python call.
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .lms.core.plan import DEFAULT_MIN_BYTES, BudgetError
-from .lms.options import LmsOptions, OptionError, whole_number
-from .units import parse_bytes
-from .lms.core.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
-from .units import format_size
+from ..lms.core.plan import DEFAULT_MIN_BYTES, BudgetError
+from ..lms.framework import refuse_unavailable
+from ..lms.options import LmsOptions, OptionError, whole_number
+from ..units import parse_bytes
+from ..lms.core.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
+from ..units import format_size
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)
 
@@ -73,37 +74,26 @@ class TuningSession:
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
                  bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
-        import keras
-
-        from .devices import check_devices, default_host
-        from .memory.bandwidth import host_link_bandwidth
+        from ..lms.framework import check_devices
+        from ..lms.framework import framework
+        from ..memory.bandwidth import host_link_bandwidth
         from .trials import TrialRunner, take_samples
 
-        self.backend = keras.backend.backend()
-        if self.backend not in ("tensorflow", "jax"):
-            raise ValueError(f"the tuner predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras runs "
-                             f"on {self.backend!r}: there, LMS(...) and %%lms_fit plan for the fit itself "
-                             "(stats.device_peak_bytes), or run the tuner with KERAS_BACKEND=tensorflow or jax")
+        self.framework = chosen = framework()
+        if chosen.tuner_refusal is not None:
+            raise ValueError(chosen.tuner_refusal)
         self.batch_size = whole_number("batch_size", batch_size, 1)
         whole_number("steps", steps, 1)
         options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget,
                              lean_ops=lean_ops, order_backward=order_backward, recompute=_tunable(recompute))
         # an option this backend does not take -> why (refused here and in set_options; the widget disables it)
-        self.unavailable: dict[str, str] = dict(JAX_UNAVAILABLE) if self.backend == "jax" else {}
+        self.unavailable: dict[str, str] = dict(chosen.unavailable)
         self._predictors: dict[tuple, object] = {}  # (lean_ops, order_backward, recompute) -> its predictor
-        if self.backend == "jax":
-            from .lms.jax.predictor import JaxStepPredictor
-
-            _refuse_unavailable(options, self.unavailable)
-            self._new_predictor = lambda lean, order, recompute: JaxStepPredictor(model, samples, options.selection,
-                                                                                  recompute=recompute)
-        else:
-            from .lms.tensorflow.predictor import StepPredictor
-
+        refuse_unavailable(options, self.unavailable)
+        if "device" not in self.unavailable:
             check_devices(options.device, options.host_device)
-            self._new_predictor = lambda lean, order, recompute: StepPredictor(
-                model, samples, options.selection, options.host_device or default_host(), order_backward=order,
-                lean_ops=lean, recompute=recompute)
+        self._new_predictor = lambda lean, order, recompute: chosen.predictor(model, samples, options, lean, order,
+                                                                              recompute)
         samples = take_samples(data, 2)  # the predictors' shapes (the lambdas read it when called)
         self.predictor = self._predictor_for(options.lean_ops, options.order_backward, options.recompute)
         self.budget_bytes = None
@@ -134,7 +124,7 @@ class TuningSession:
                  "recompute": None if recompute is None else _tunable(recompute)}
         chosen = {name: self.lms_options[name] if value is None else value for name, value in given.items()}
         options = LmsOptions(**chosen)
-        _refuse_unavailable(options, self.unavailable)
+        refuse_unavailable(options, self.unavailable)
         self.lms_options.update(chosen)
         self.predictor = self.runner.predictor = self._predictor_for(options.lean_ops, options.order_backward,
                                                                      options.recompute)
@@ -161,7 +151,7 @@ class TuningSession:
     def step_cost(self, batch_size: int):
         """The :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: the compute of the fastest measured
         trial, else the traced step's matrix FLOPs at the device's rate (an estimate, which says so)."""
-        from .lms.core.costs import StepCost
+        from ..lms.core.costs import StepCost
 
         link = (self.bandwidth.device_to_host, self.bandwidth.host_to_device)
         measured = self.compute_s(batch_size)
@@ -233,24 +223,6 @@ class TuningSession:
         defaults = {"min_bytes": DEFAULT_MIN_BYTES, "host_device": None, "device": None, "lean_ops": False,
                     "order_backward": False, "recompute": False}
         return setting.lms_call(**{k: v for k, v in self.lms_options.items() if v != defaults[k]})
-
-
-# What the tuner cannot set on Keras's JAX backend, and why (the LMS callback says the same in its notes).
-JAX_UNAVAILABLE = {
-    "lean_ops": "not available on JAX: XLA computes the step",
-    "order_backward": "not available on JAX: XLA orders the step",
-    "lb": "not honoured on JAX: XLA schedules the copies back",
-    "device": "not used on JAX: LMS relieves JAX's default device",
-    "host_device": "not used on JAX: XLA offloads to the device's host memory kind",
-}
-
-
-def _refuse_unavailable(options: LmsOptions, unavailable: dict[str, str]) -> None:
-    """Raises OptionError for an option set that this backend does not take (``unavailable``'s)."""
-    for name in ("lean_ops", "order_backward", "device", "host_device"):
-        value = getattr(options, name)
-        if name in unavailable and value not in (None, False):
-            raise OptionError(name, value, unavailable[name])
 
 
 def _tunable(recompute):

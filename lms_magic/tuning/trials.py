@@ -4,7 +4,7 @@ Every trial starts from the same weights, optimizer state and random seed and
 trains on the same batches (the first ``batch_size * (steps + 1)`` samples, in
 order); the first step traces and rewrites, so it is not timed. After every
 trial, and whatever happens in it, the model is put back as it was. The runs
-are :class:`~lms_magic.runs.FairStart` runs, as ``%%lms_fit --compare``'s.
+are :class:`~lms_magic.fit.runs.FairStart` runs, as ``%%lms_fit --compare``'s.
 """
 
 from __future__ import annotations
@@ -12,22 +12,9 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from .lms.core.search import Setting, Trial
-from .lms.options import compiled_model, whole_number
-from .runs import FairStart
-
-
-def _accelerator(backend: str) -> tuple[str | None, bool]:
-    """The device trials train on, as ``LMS(device=...)`` takes it (None: the backend's own choice), and
-    whether it is a GPU."""
-    if backend == "jax":
-        import jax
-
-        return None, jax.default_backend() != "cpu"
-    import tensorflow as tf
-
-    gpus = ["/" + d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
-    return (gpus[0], True) if gpus else ("/CPU:0", False)
+from ..lms.core.search import Setting, Trial
+from ..lms.options import compiled_model, whole_number
+from ..fit.runs import FairStart
 
 
 def _is_dataset(data) -> bool:
@@ -93,8 +80,10 @@ class TrialRunner:
         take_samples(data, 1)  # refuse bad data before anything runs
         self.model, self.data, self.steps = model, data, steps
         self.options = dict(lms_options or {})
-        self.backend = keras.backend.backend()
-        default, default_is_gpu = _accelerator(self.backend)
+        from ..lms.framework import framework
+
+        self.framework = framework()
+        default, default_is_gpu = self.framework.trial_device()
         self.device = self.options.pop("device", None) or default
         self.gpu = default_is_gpu if self.device == default else "GPU" in self.device.upper()
         self.predictor = predictor
@@ -103,17 +92,15 @@ class TrialRunner:
     @property
     def measures_peak(self) -> bool:
         """Whether trials' peaks are measured (TensorFlow on a GPU), not predicted."""
-        return self.gpu and self.backend == "tensorflow"
+        return self.gpu and self.framework.trials_measure_peak
 
     @property
     def peak_source(self) -> str:
-        if self.backend == "jax":
-            return "predicted from the step's jaxpr (JAX's device peak cannot be reset between trials)"
-        return "measured (TensorFlow allocator)" if self.gpu else "predicted from the executed graph (no GPU)"
+        return self.framework.trial_peak_source(self.gpu)
 
     def measure(self, setting: Setting) -> Trial:
         """Trains ``steps + 1`` steps with ``setting``; the model ends as it started."""
-        from .lms.callback import LMS
+        from ..lms.callback import LMS
 
         whole_number("batch_size", setting.batch_size, 1)
         arrays = take_samples(self.data, setting.batch_size * (self.steps + 1))

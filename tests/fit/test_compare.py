@@ -1,5 +1,5 @@
 """%%lms_fit --compare through a real InteractiveShell: each variant from the same start, on the same
-batches, measured alike; failures in one variant caught or put back (compare.py, runs.py)."""
+batches, measured alike; failures in one variant caught or put back (fit/compare.py, fit/runs.py)."""
 
 import re
 

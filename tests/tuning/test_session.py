@@ -1,4 +1,4 @@
-"""Tuning LMS on a real Keras model: autotune within a budget, trials that run out of memory (tuning.py)."""
+"""Tuning LMS on a real Keras model: autotune within a budget, trials that run out of memory (tuning/session.py)."""
 
 import functools
 
@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from lms_magic.lms.core.search import Setting, grid_search
-from lms_magic.tuning import TuningSession, autotune
+from lms_magic.tuning.session import TuningSession, autotune
 from tests.conftest import DEVICES, state_of
 from tests.models import reference_cnn_small
 

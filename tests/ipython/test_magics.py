@@ -13,9 +13,9 @@ from IPython.core.error import UsageError
 import lms_magic
 
 from lms_magic.memory.host import rss_bytes
-from lms_magic.memory.fakes import FakeGpu, FakeGpuSource
+from lms_magic.testing.memory import FakeGpu, FakeGpuSource
 from lms_magic.memory.profile import MemoryProfiler
-from lms_magic.results import MemoryReport
+from lms_magic.memory.report import MemoryReport
 from tests.conftest import DEVICES
 
 ON_CPUS = DEVICES.magic_options
@@ -181,6 +181,47 @@ def test_help_prints_the_usage_and_runs_nothing(shell, capsys, cell, usage):
     printed = capsys.readouterr().out
     assert result.success and usage in printed and "options:" in printed
     assert "x" not in shell.user_ns  # the cell did not run
+
+
+def test_every_lms_option_is_a_flag_of_lms_fit_with_its_default_in_the_help(shell, capsys):
+    import dataclasses
+
+    from lms_magic.lms.options import LmsOptions, flag_of
+
+    shell.run_cell("%lms_fit --help")
+    printed = " ".join(capsys.readouterr().out.split())  # argparse wraps the help: compare with one space
+    python_only = {"verbose", "batch_size_hint"}  # -q in the magic; a function of the data in Python
+    for field in dataclasses.fields(LmsOptions):
+        if field.name in python_only:
+            continue
+        assert flag_of(field.name) in printed, field.name
+        if not isinstance(field.default, bool):
+            assert f"(default {field.metadata['default_text']})" in printed, field.name
+    assert "(default 65536)" in printed and "(default 1)" in printed  # min_bytes, lb
+
+
+def test_a_new_lms_option_field_adds_its_flag_to_the_magics(monkeypatch):
+    """The magics' flags come from LmsOptions's fields: one more field is one more flag, parsed into the options."""
+    import argparse
+    import dataclasses
+
+    from lms_magic.ipython import argv
+    from lms_magic.lms import options as lms_options
+
+    extra = dataclasses.field(default=4, metadata={"help": "a new knob", "flag": None, "type": int, "choices": None,
+                                                   "default_text": "4"})
+    extra.name, extra.type = "new_knob", int
+    monkeypatch.setattr(dataclasses, "fields", lambda cls, _fields=dataclasses.fields: (
+        _fields(cls) + ((extra,) if cls is lms_options.LmsOptions else ())))
+
+    def magic(line):
+        """A magic."""
+    magic = argv.lms_option_arguments(magic)
+    parser = argparse.ArgumentParser()
+    for decorator in reversed(magic.decorators):
+        decorator.add_to_parser(parser, None)
+    assert "--new-knob" in argv.flags_of(magic) and "a new knob (default 4)" in " ".join(parser.format_help().split())
+    assert parser.parse_args(["--new-knob", "7", "--lb", "2"]).new_knob == 7
 
 
 def test_lms_fit_question_mark_finds_the_cell_magics_help_and_its_line_form_says_what_to_do(shell, capsys):

@@ -1,7 +1,7 @@
 """One fair run: a ``fit`` from a captured start, timed per step, out of memory caught.
 
 ``%%lms_fit --compare`` (compare.py: with and without LMS) and measured
-trials (trials.py: K steps per LMS setting) both run through
+trials (``tuning/trials.py``: K steps per LMS setting) both run through
 :meth:`FairStart.run`: each run starts from the same weights, optimizer state,
 callback state and random seed, and whatever ends it other than success
 puts the model back where it started.
@@ -18,7 +18,7 @@ from typing import Callable
 import keras
 import numpy as np
 
-from .memory.profile import profiling
+from ..memory.profile import profiling
 from .snapshot import CallbackState, TrainingState
 
 OOM_ADVICE = "try LMS (%%lms_fit), a memory budget (--budget 6GiB), or a smaller batch size"

@@ -11,8 +11,8 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from .frameworks import AllocatorCounter
-from .nvml import GpuLost, GpuSource, GpuUnavailable
+from ..memory.frameworks import AllocatorCounter
+from ..memory.nvml import GpuLost, GpuSource, GpuUnavailable
 from ..units import MIB as _MIB
 
 

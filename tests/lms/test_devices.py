@@ -11,7 +11,7 @@ import pytest
 
 import lms_magic
 from lms_magic import LMS
-from lms_magic import devices as lms_devices
+from lms_magic.lms import devices as lms_devices
 from lms_magic.lms.callback import LmsNotice
 from lms_magic.lms.options import OptionError
 from tests import models

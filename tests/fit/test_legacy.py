@@ -1,4 +1,4 @@
-"""The old Keras 2 call ``fit_generator``, for notebooks written before Keras 3 (legacy.py)."""
+"""The old Keras 2 call ``fit_generator``, for notebooks written before Keras 3 (fit/legacy.py)."""
 
 import keras
 import pytest

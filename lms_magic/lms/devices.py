@@ -11,6 +11,8 @@ predictions, not a GPU's measurements.
 
 from __future__ import annotations
 
+from .options import OptionError
+
 _simulated = False
 _simulated_memory_bytes: int | None = None  # the simulated accelerator's capacity, if one was given
 
@@ -40,13 +42,13 @@ def simulate_accelerator(memory=None) -> bool:
     global _simulated, _simulated_memory_bytes
     import os
 
-    from .units import parse_bytes
+    from ..units import parse_bytes
 
     memory_bytes = None if memory is None else parse_bytes(memory)
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
         raise ValueError("simulate_accelerator() splits TensorFlow's CPU; with KERAS_BACKEND="
                          f"{os.environ['KERAS_BACKEND']!r} use a GPU machine to see LMS at work")
-    from .quiet import start_up_lines_hidden
+    from ..quiet import start_up_lines_hidden
 
     with start_up_lines_hidden():  # the first import of TensorFlow in a notebook, usually: no start-up lines
         import tensorflow as tf
@@ -80,37 +82,22 @@ def default_host() -> str:
     return "/CPU:1" if _simulated else "/CPU:0"
 
 
-def framework_devices(backend: str) -> list[str]:
-    """The devices of this process, as LMS spells them ("/CPU:0", "/GPU:0"), for Keras's ``backend``."""
-    from .lms.options import device_name
-
-    if backend == "torch":
-        import torch
-
-        return ["/CPU:0"] + [f"/GPU:{index}" for index in range(torch.cuda.device_count())]
-    import tensorflow as tf
-
-    return [device_name(device.name) for device in tf.config.list_logical_devices()]
+def simulated_memory_bytes() -> int | None:
+    """The simulated accelerator's capacity (``simulate_accelerator(memory=...)``), or None."""
+    return _simulated_memory_bytes if _simulated else None
 
 
-def check_devices(device: str | None, host_device: str | None, backend: str | None = None) -> None:
-    """Raises OptionError, naming the devices this process has, where ``device`` or ``host_device``
-    (spelt as ``LmsOptions`` spells them) is not one of them (``backend``: Keras's by default).
+def check_known_devices(device: str | None, host_device: str | None, known: list[str]) -> None:
+    """Raises OptionError, naming the devices this process has (``known``), where ``device`` or ``host_device``
+    (spelt as ``LmsOptions`` spells them) is not one of them.
 
     Example:
-        >>> check_devices("/CPU:0", None, "tensorflow")
-        >>> check_devices("banana", None, "tensorflow")  # doctest: +ELLIPSIS
+        >>> check_known_devices("/CPU:0", None, ["/CPU:0"])
+        >>> check_known_devices("banana", None, ["/CPU:0"])
         Traceback (most recent call last):
         ...
-        lms_magic.lms.options.OptionError: device='banana': is not a device of this process, which has /CPU:0...
+        lms_magic.lms.options.OptionError: device='banana': is not a device of this process, which has /CPU:0: pass one of them, such as '/CPU:0'
     """
-    from .lms.options import OptionError
-
-    if backend is None:
-        import keras
-
-        backend = keras.backend.backend()
-    known = framework_devices(backend)
     for role, spec in (("device", device), ("host_device", host_device)):
         if spec is not None and spec not in known:
             example = known[-1] if role == "device" else known[0]
@@ -118,40 +105,9 @@ def check_devices(device: str | None, host_device: str | None, backend: str | No
                                           f"of them, such as {example!r}")
 
 
-def accelerator(device: str | None, backend: str) -> str | None:
-    """The device LMS relieves: ``device`` if given; else the first GPU, the simulated accelerator
-    (:func:`simulate_accelerator`), or None (no GPU: nothing to relieve). On PyTorch, None leaves the
-    choice to the backend (the device the model trains on)."""
-    if device is not None or backend == "torch":
-        return device
-    gpus = [name for name in framework_devices(backend) if name.startswith("/GPU")]
-    return gpus[0] if gpus else default_device()
-
-
-def capacity_bytes(device: str | None, backend: str) -> int | None:
-    """The memory of LMS's ``device`` as its framework may use it, or None where it is not known.
-
-    The simulated accelerator: the ``memory`` given to :func:`simulate_accelerator`. A TensorFlow GPU: the
-    memory limit of its logical device where one was set, else the GPU's total memory (NVML). A PyTorch
-    GPU: what ``torch.cuda.mem_get_info`` says is free plus what PyTorch already holds, within a
-    ``set_per_process_memory_fraction`` cap. A CPU: None (host memory is not what LMS relieves).
-    """
-    if device is None:
-        return None
-    if backend == "torch":
-        return _torch_capacity(device)
-    if device.startswith("/CPU"):
-        return _simulated_memory_bytes if _simulated and device == default_device() else None
-    from . import compat
-
-    index = int(device.rsplit(":", 1)[1])
-    limit = compat.tensorflow_memory_limit(index)
-    return limit if limit is not None else _nvml_total_bytes(index)
-
-
-def _nvml_total_bytes(cuda_index: int) -> int | None:
+def nvml_total_bytes(cuda_index: int) -> int | None:
     """The total memory of the ``cuda_index``-th GPU CUDA programs see, or None where NVML cannot say."""
-    from .memory.nvml import NvmlSource, visible_indices
+    from ..memory.nvml import NvmlSource, visible_indices
 
     source = NvmlSource()
     try:
@@ -160,19 +116,3 @@ def _nvml_total_bytes(cuda_index: int) -> int | None:
         return source.total_bytes(indices[cuda_index]) if cuda_index < len(indices) else None
     except Exception:  # no NVML: no capacity, and LMS plans for the lowest peak
         return None
-
-
-def _torch_capacity(device: str) -> int | None:
-    import torch
-
-    from .lms.torch.offload import torch_device
-
-    place = torch_device(device)
-    if place.type != "cuda":
-        return None
-    free, total = torch.cuda.mem_get_info(place)
-    usable = free + torch.cuda.memory_reserved(place)
-    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    if fraction is not None:
-        usable = min(usable, int(total * fraction(place)))
-    return usable

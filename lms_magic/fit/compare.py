@@ -16,9 +16,10 @@ from collections.abc import Iterator
 import keras
 import numpy as np
 
-from . import compat
-from .fit_results import VariantResult
-from .memory.profile import MemoryProfiler
+from .. import keras_internals
+from ..lms.options import LmsOptions
+from .results import VariantResult
+from ..memory.profile import MemoryProfiler
 from .runs import OOM_ADVICE, FairStart
 
 class _Recording:
@@ -62,7 +63,7 @@ class VariantRunner:
 
     Args:
         fit: the original, unpatched ``fit`` function.
-        lms_options: keyword arguments for :class:`lms_magic.LMS`.
+        lms_options: the LMS options, checked (``LmsOptions``).
         compare: also run without LMS.
         max_steps: stop each variant after this many steps.
         interval_s: memory sampling interval.
@@ -70,7 +71,7 @@ class VariantRunner:
         notes: where to add notes on the comparison (the result's notes).
     """
 
-    def __init__(self, fit, lms_options: dict, compare: bool, max_steps: int | None, interval_s: float,
+    def __init__(self, fit, lms_options: LmsOptions, compare: bool, max_steps: int | None, interval_s: float,
                  announce=print, notes: list | None = None):
         self._fit = fit
         self.lms_options = lms_options
@@ -81,7 +82,7 @@ class VariantRunner:
         self.notes = notes if notes is not None else []  # what the user should know about the comparison
 
     def _note_unfair_data(self, data) -> None:
-        if compat.reshuffles_each_iteration(data):
+        if keras_internals.reshuffles_each_iteration(data):
             note = ("--compare: the tf.data pipeline shuffles in a new order for each pass over it, so the variants "
                     "trained on different batches (their losses differ for that reason alone); for the same "
                     "batches, shuffle with .shuffle(n, seed=..., reshuffle_each_iteration=False) or pass arrays "
@@ -90,7 +91,7 @@ class VariantRunner:
                 self.notes.append(note)
 
     def run(self, model, args: tuple, kwargs: dict) -> tuple[object, list[VariantResult]]:
-        from .lms.callback import LMS
+        from ..lms.callback import LMS
 
         args, kwargs = list(args), dict(kwargs)
         _check_callbacks(kwargs.get("callbacks"))
@@ -112,7 +113,7 @@ class VariantRunner:
                 source = iter(recording) if name == names[0] else (batch for batch in list(recording.batches))
                 args, kwargs = _replace_data(args, kwargs, source)
             hint = recording.batch_size if recording is not None else None
-            lms = LMS(**self.lms_options, batch_size_hint=hint) if name == "lms" else None
+            lms = LMS.from_options(self.lms_options.replace(batch_size_hint=hint)) if name == "lms" else None
             self._announce(f"--- %%lms_fit: {'with LMS' if lms else 'without LMS'} ({name}) ---")
             profiler = MemoryProfiler(interval_s=self.interval_s).start()
             outcome = start.run(functools.partial(self._fit, model), args, kwargs, [lms] if lms else [], self.max_steps, profiler)
@@ -124,7 +125,7 @@ class VariantRunner:
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
             results.append(VariantResult.from_run(name, outcome.status, error, outcome.recorder, profiler.report,
                                                   outcome.history, lms, batch_size,
-                                                  compat.jit_compile_requested(model)))
+                                                  keras_internals.jit_compile_requested(model)))
         chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
         return chosen if chosen is not None else keras.callbacks.History(), results
 
@@ -160,7 +161,7 @@ def _build_for_training(model, args: list, kwargs: dict) -> None:
         return
     take = kwargs.get("batch_size") or 32
     try:
-        compat.build_for_training(model, (x[:take], None if y is None else np.asarray(y)[:take]))
+        keras_internals.build_for_training(model, (x[:take], None if y is None else np.asarray(y)[:take]))
     except Exception:  # a best effort: the fit itself builds what this did not
         pass
 

@@ -1,9 +1,8 @@
-"""Every private TensorFlow / Keras access of the package, in one place.
+"""Every private Keras access of the package (and tf.data's, which Keras's data adapters hand on), in one place.
 
 The rest of the package calls these helpers, never a private attribute, so a
-framework release that moves one of them breaks here, with a clear message.
-TensorFlow is imported inside the helpers that need it: importing this module
-imports no framework.
+Keras release that moves one of them breaks here. Importing this module imports
+no framework. TensorFlow's own internals are in ``lms/tensorflow/internals.py``.
 """
 
 from __future__ import annotations
@@ -14,25 +13,6 @@ from collections import defaultdict
 from typing import Callable, Iterator
 
 _MISSING = object()
-
-
-def output_can_be_silenced(function: Callable) -> Callable:
-    """IPython 8's decorator that lets a trailing ``;`` silence a magic's value; on IPython 7 (Colab's 7.34),
-    which has none, a wrapper that returns None when the cell's (or line's) code ends with ``;``."""
-    try:
-        from IPython.core.magic import output_can_be_silenced as decorate
-    except ImportError:
-        import functools
-
-        @functools.wraps(function)
-        def silenced(self, line="", cell=None, *args, **kwargs):
-            value = function(self, line, cell, *args, **kwargs)
-            code = [text.split("#", 1)[0].rstrip() for text in (cell if cell is not None else line).splitlines()]
-            code = [text for text in code if text]
-            return None if code and code[-1].endswith(";") else value
-
-        return silenced
-    return decorate(function)
 
 
 @contextlib.contextmanager
@@ -96,85 +76,6 @@ def jit_compile_requested(model) -> bool:
     return bool(model.jit_compile)
 
 
-@contextlib.contextmanager
-def collected_function_graphs(into: list) -> Iterator[None]:
-    """Appends the RunMetadata of the functions instantiated inside the block to ``into``.
-
-    Uses the eager context's graph collection, not ``enable_run_metadata``:
-    once that has been enabled, disabling it does not stop TensorFlow from
-    keeping every later function's graphs in memory (4,079 graphs, +108 MiB
-    after 120 plain fit/predict/evaluate calls). Graph collection stops when
-    disabled, and exporting drains what it kept.
-    """
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    ctx.enable_graph_collection()
-    try:
-        yield
-    finally:
-        try:
-            metadata = ctx.export_run_metadata()
-        finally:
-            ctx.disable_graph_collection()
-        if metadata is not None:
-            into.append(metadata)
-
-
-# -- TensorFlow graph surgery: the LMS rewrite of a traced train step --------------------------------
-def tensorflow_memory_limit(gpu_index: int) -> int | None:
-    """The memory limit (bytes) set on the ``gpu_index``-th GPU's logical device, or None where none was set."""
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpu_index >= len(gpus):
-        return None
-    configured = tf.config.get_logical_device_configuration(gpus[gpu_index]) or []
-    limit = getattr(configured[0], "memory_limit", None) if configured else None
-    return None if limit is None else int(limit) * 2**20  # TensorFlow takes it in MiB
-
-
-def in_function_graph() -> bool:
-    """Whether code runs while TensorFlow traces a ``tf.function`` (not eagerly)."""
-    import tensorflow as tf
-    from tensorflow.python.framework import func_graph
-
-    return isinstance(tf.compat.v1.get_default_graph(), func_graph.FuncGraph)
-
-
-def add_control_input(op, trigger) -> None:
-    """``op`` runs only after ``trigger`` (in a graph still being built)."""
-    op._add_control_input(trigger)
-
-
-def remove_control_input(op, trigger) -> None:
-    """``op`` no longer waits for ``trigger`` (its other control inputs stay)."""
-    kept = [control for control in op.control_inputs if control is not trigger]
-    op._remove_all_control_inputs()
-    op._add_control_inputs(kept)
-
-
-def replace_input(op, index: int, tensor) -> None:
-    """``op``'s input ``index`` becomes ``tensor``."""
-    op._update_input(index, tensor)
-
-
-def clone_op(graph, op, inputs, name: str):
-    """A copy of ``op`` in ``graph`` (its type, attributes and device) that reads ``inputs``."""
-    attrs = {key: value for key, value in op.node_def.attr.items() if not key.startswith("_")}
-    clone = graph._create_op_internal(op.type, list(inputs), dtypes=[t.dtype for t in op.outputs], name=name,
-                                      attrs=attrs, op_def=op.op_def)
-    if op.device:
-        clone._set_device(op.device)
-    return clone
-
-
-def set_op_device(op, device: str) -> None:
-    """Places ``op`` on ``device``."""
-    op._set_device(device)
-
-
-# -- Keras -------------------------------------------------------------------------------------------
 def build_for_training(model, data_batch) -> bool:
     """Builds the model's metrics and loss on ``data_batch`` as a first ``fit`` does; False where Keras can't."""
     build = getattr(model, "_symbolic_build", None)
@@ -276,19 +177,6 @@ def current_keras_layer() -> tuple[str, str]:
         if caller is not None and hasattr(caller, "built"):
             return caller.name, type(caller).__name__
     return "", ""
-
-
-# -- runtimes, asked without starting them -----------------------------------------------------------
-def tensorflow_started(modules) -> bool:
-    """Whether TensorFlow's runtime has started (asking it anything would start it and fix its GPU settings)."""
-    context_module = modules.get("tensorflow.python.eager.context")
-    return context_module is not None and bool(getattr(context_module.context(), "_initialized", False))
-
-
-def jax_started(modules) -> bool:
-    """Whether JAX's backends exist (asking for devices would create them and take GPU memory)."""
-    bridge = modules.get("jax._src.xla_bridge")
-    return bridge is not None and bool(getattr(bridge, "_backends", None))
 
 
 def reshuffles_each_iteration(data) -> bool:

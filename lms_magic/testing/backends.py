@@ -1,6 +1,6 @@
 """A scripted LMS backend, for testing the ``LMS`` callback's contract without a framework's engine.
 
-As ``memory/fakes.py`` stands in for NVML, :class:`FakeBackends` stands in for the TensorFlow and
+As ``testing/memory.py`` stands in for NVML, :class:`FakeBackends` stands in for the TensorFlow and
 PyTorch backends: ``LMS(backend=FakeBackends(...))`` trains a model plainly while the callback
 drives the fake through the contract of ``lms/backend.py``; each fake logs what it was asked, can
 fail at a chosen point, and fills the stats with a scripted report after the first step.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
-from .backend import Action
-from .core.stats import LmsStats
-from .options import LmsOptions
+from ..lms.backend import Action
+from ..lms.core.stats import LmsStats
+from ..lms.options import LmsOptions
 
 
 class FakeFailure(RuntimeError):

@@ -1,0 +1,127 @@
+"""``%%lms_fit``: train a cell's fit calls with Large Model Support, and compare fairly with plain training."""
+
+from __future__ import annotations
+
+import math
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import magic_arguments, parse_argstring
+
+from ..lms.options import LmsOptions
+from ..memory.profile import DEFAULT_INTERVAL_S
+from .argv import argument, asks_for_help, lms_option_arguments, print_help
+from .cell import CompiledCell
+from .display import cell_value_not_shown
+
+
+@magics_class
+class LmsFitMagics(Magics):
+    """``%%lms_fit``: train with Large Model Support, and compare fairly with plain training."""
+
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell, **kwargs)
+        self._defaults = LmsOptions()  # the options a flag not given keeps; %lms_tune's Apply changes them
+
+    @property
+    def defaults(self) -> dict:
+        """The options %lms_tune's Apply set for the following cells (``n_tensors`` None: LMS plans)."""
+        return {name: getattr(self._defaults, name) for name in _APPLIED}
+
+    def apply_defaults(self, n_tensors: int, lb: int, lean_ops: bool = False, order_backward: bool = False,
+                       recompute=False) -> None:
+        """Makes ``n_tensors``, ``lb``, ``lean_ops``, ``order_backward`` and ``recompute`` the defaults of the
+        following ``%%lms_fit`` cells (%%lms_tune's Apply); a flag given in a cell wins."""
+        self._defaults = LmsOptions(n_tensors=n_tensors, lb=lb, lean_ops=lean_ops, order_backward=order_backward,
+                                    recompute=recompute)
+
+    @magic_arguments()
+    @lms_option_arguments
+    @argument("--compare", action="store_true",
+              help="also train without LMS from the same weights, optimizer state, seed and batches")
+    @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
+    @argument("-i", "--interval", type=float, default=DEFAULT_INTERVAL_S, help="memory sampling interval (s)")
+    @argument("-o", dest="return_result", action="store_true", help="return the LmsFitResult")
+    @argument("-q", dest="quiet", action="store_true", help="print nothing")
+    @line_cell_magic
+    def lms_fit(self, line, cell=None):
+        """Train every Keras fit (or legacy fit_generator) call of the cell with LMS.
+
+        With --compare, each call also runs without LMS from the same starting
+        state, and a dashboard compares peak memory, increment, speed, loss and
+        accuracy. The model ends as the LMS run left it, and the cell's own
+        variables (history = ...) get the LMS run's values.
+
+        Example::
+
+            %%lms_fit --compare --n-tensors -1 --lb 1
+            history = model.fit_generator(batches(x, y, 8), steps_per_epoch=25000, epochs=2)
+        """
+        __tracebackhide__ = True  # noqa: F841
+        if asks_for_help(line):
+            return print_help(self.lms_fit)
+        if cell is None:
+            raise UsageError("%%lms_fit works on a cell: put `%%lms_fit --compare` (or other options) on the first "
+                             "line of the cell that calls model.fit(...); %%lms_fit --help lists the options")
+        args = parse_argstring(self.lms_fit, line)
+        options = self._lms_options(args)
+        compiled = CompiledCell(self.shell, cell)
+
+        from ..quiet import import_keras_quietly
+
+        import_keras_quietly()
+        from ..fit.compare import VariantRunner
+        from ..fit.results import LmsFitResult
+        from ..fit.intercept import FitInterceptor
+
+        result = LmsFitResult()
+        announce = (lambda text: None) if args.quiet else print
+        interceptor = FitInterceptor(lambda model, a, kw: self._record(result, runner.run(model, a, kw)))
+        with interceptor:
+            runner = VariantRunner(interceptor.original_fit, options, args.compare, args.steps, args.interval,
+                                   announce, result.notes)
+            try:
+                value = compiled.run()
+            except BaseException:
+                interceptor.restore_models()
+                if result.calls and not args.quiet:
+                    print(result)
+                raise
+        if not result.calls:
+            result.notes.append("the cell called no fit or fit_generator, so nothing was trained with LMS")
+        if not args.quiet:
+            from ..ui.dashboard import show
+
+            show(result, self.shell)
+        if not args.return_result:
+            return value
+        if args.quiet:
+            return result
+        cell_value_not_shown(self.shell, result)  # the dashboard showed it
+        return None
+
+    @staticmethod
+    def _record(result, outcome):
+        history, variants = outcome
+        result.calls.append(variants)
+        return history
+
+    def _lms_options(self, args) -> LmsOptions:
+        """The cell's LMS options, from its flags over the defaults, checked once (a bad one is a UsageError naming
+        the flag as typed)."""
+        from ..lms.framework import check_devices
+        from ..lms.options import OptionError, options_from_flags, whole_number
+
+        if not (math.isfinite(args.interval) and args.interval > 0):
+            raise UsageError(f"-i/--interval must be a positive, finite number of seconds, got {args.interval}")
+        try:
+            if args.steps is not None:
+                whole_number("steps", args.steps, 1)
+            options = options_from_flags(vars(args), self._defaults)
+            check_devices(options.device, options.host_device)
+        except OptionError as error:
+            raise UsageError(error.for_magic()) from None
+        return options.replace(verbose=0 if args.quiet else 1)
+
+
+_APPLIED = ("n_tensors", "lb", "lean_ops", "order_backward", "recompute")

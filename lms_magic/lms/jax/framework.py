@@ -1,0 +1,77 @@
+"""What LMS asks of JAX around a fit (``lms/framework.py``'s ``Framework``): capacity, what XLA decides, the backend
+and the tuner's predictor. JAX is imported inside the methods."""
+
+from __future__ import annotations
+
+from ..core.stats import LmsStats
+from ..options import LmsOptions
+
+
+class JaxFramework:
+    """Keras's JAX backend: LMS offloads with a ``jax.checkpoint`` policy in the jitted step (``backend.py``).
+
+    Example:
+        >>> sorted(JaxFramework.unavailable)
+        ['device', 'host_device', 'lb', 'lean_ops', 'order_backward']
+    """
+
+    name = "jax"
+    version_modules: tuple[str, ...] = ()
+    tuner_refusal: str | None = None  # the tuner runs here
+    trials_measure_peak = False
+    unavailable = {
+        "lean_ops": "not available on JAX: XLA computes the step",
+        "order_backward": "not available on JAX: XLA orders the step",
+        "lb": "not honoured on JAX: XLA schedules the copies back",
+        "device": "not used on JAX: LMS relieves JAX's default device",
+        "host_device": "not used on JAX: XLA offloads to the device's host memory kind",
+    }
+
+    @staticmethod
+    def devices() -> list[str]:
+        import jax
+
+        return [f"/{'CPU' if d.platform == 'cpu' else 'GPU'}:{d.id}" for d in jax.devices()]
+
+    @classmethod
+    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+        """The options as given (JAX's default device is relieved); its capacity in ``stats``."""
+        stats.capacity_bytes = _capacity_bytes()
+        return options
+
+    @staticmethod
+    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
+        return None
+
+    @staticmethod
+    def backend():
+        from .backend import JaxBackend
+
+        return JaxBackend
+
+    @staticmethod
+    def predictor(model, samples, options: LmsOptions, lean_ops, order_backward, recompute):
+        from .predictor import JaxStepPredictor
+
+        return JaxStepPredictor(model, samples, options.selection, recompute=recompute)
+
+    @staticmethod
+    def trial_device() -> tuple[str | None, bool]:
+        import jax
+
+        return None, jax.default_backend() != "cpu"
+
+    @staticmethod
+    def trial_peak_source(gpu: bool) -> str:
+        return "predicted from the step's jaxpr (JAX's device peak cannot be reset between trials)"
+
+
+def _capacity_bytes() -> int | None:
+    """The memory JAX's default device may use (a GPU's or TPU's ``bytes_limit``); None where it says nothing (a CPU)."""
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # a platform without memory statistics
+        return None
+    return stats.get("bytes_limit")

@@ -1,0 +1,94 @@
+"""What LMS asks of TensorFlow around a fit (``lms/framework.py``'s ``Framework``): devices, capacity, the backend,
+the tuner's predictor and where trials train. TensorFlow is imported inside the methods."""
+
+from __future__ import annotations
+
+from ..core.stats import LmsStats
+from ..options import LmsOptions
+
+
+class TensorFlowFramework:
+    """Keras's TensorFlow backend: LMS rewrites the traced train step (``backend.py``).
+
+    Example:
+        >>> TensorFlowFramework.name, TensorFlowFramework.unavailable
+        ('tensorflow', {})
+    """
+
+    name = "tensorflow"
+    version_modules = ("tensorflow",)
+    tuner_refusal: str | None = None  # the tuner runs here
+    trials_measure_peak = True  # on a GPU, TensorFlow's allocator peak is reset between trials
+    unavailable: dict[str, str] = {}
+
+    @staticmethod
+    def devices() -> list[str]:
+        import tensorflow as tf
+
+        from ..options import device_name
+
+        return [device_name(device.name) for device in tf.config.list_logical_devices()]
+
+    @classmethod
+    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+        """The device LMS relieves (given; else the first GPU, or the simulated accelerator; else None: no GPU),
+        the host (given, or the default), and the device's capacity in ``stats``."""
+        from .. import devices
+        from ..devices import check_known_devices
+
+        known = cls.devices()
+        check_known_devices(options.device, options.host_device, known)
+        device = options.device
+        if device is None:
+            gpus = [name for name in known if name.startswith("/GPU")]
+            device = gpus[0] if gpus else devices.default_device()
+        stats.capacity_bytes = _capacity_bytes(device)
+        return options.replace(device=device, host_device=options.host_device or devices.default_host())
+
+    @staticmethod
+    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
+        if options.device is None:
+            return ("no GPU", "LMS: no GPU found, so nothing is swapped (pass device=..., or --device in %%lms_fit, "
+                    "to choose one, or call lms_magic.simulate_accelerator() to see LMS on a CPU)")
+        return None
+
+    @staticmethod
+    def backend():
+        from .backend import TensorFlowBackend
+
+        return TensorFlowBackend
+
+    @staticmethod
+    def predictor(model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute):
+        from .. import devices
+        from .predictor import StepPredictor
+
+        return StepPredictor(model, samples, options.selection, options.host_device or devices.default_host(),
+                             order_backward=order_backward, lean_ops=lean_ops, recompute=recompute)
+
+    @staticmethod
+    def trial_device() -> tuple[str | None, bool]:
+        import tensorflow as tf
+
+        gpus = ["/" + d.name.split("device:")[-1] for d in tf.config.list_logical_devices("GPU")]
+        return (gpus[0], True) if gpus else ("/CPU:0", False)
+
+    @staticmethod
+    def trial_peak_source(gpu: bool) -> str:
+        return "measured (TensorFlow allocator)" if gpu else "predicted from the executed graph (no GPU)"
+
+
+def _capacity_bytes(device: str | None) -> int | None:
+    """The memory of LMS's ``device`` as TensorFlow may use it, or None where it is not known: the simulated
+    accelerator's ``memory``; a GPU's logical-device memory limit where one was set, else its total memory
+    (NVML); a CPU's: None (host memory is not what LMS relieves)."""
+    from .. import devices
+    from . import internals
+
+    if device is None:
+        return None
+    if device.startswith("/CPU"):
+        return devices.simulated_memory_bytes() if device == devices.default_device() else None
+    index = int(device.rsplit(":", 1)[1])
+    limit = internals.tensorflow_memory_limit(index)
+    return limit if limit is not None else devices.nvml_total_bytes(index)

@@ -1,0 +1,82 @@
+"""What LMS asks of PyTorch around a fit (``lms/framework.py``'s ``Framework``): devices, capacity, the backend.
+PyTorch is imported inside the methods."""
+
+from __future__ import annotations
+
+from ..core.stats import LmsStats
+from ..options import LmsOptions
+
+
+class TorchFramework:
+    """Keras's PyTorch backend: LMS offloads autograd's saved tensors (``backend.py``); no tuner.
+
+    Example:
+        >>> TorchFramework.name, sorted(TorchFramework.unavailable)
+        ('torch', ['order_backward'])
+    """
+
+    name = "torch"
+    version_modules: tuple[str, ...] = ()  # only PyTorch's public saved-tensor hooks are used
+    tuner_refusal = ("the tuner predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras runs on 'torch': "
+                     "there, LMS(...) and %%lms_fit plan for the fit itself (stats.device_peak_bytes), or run the tuner "
+                     "with KERAS_BACKEND=tensorflow or jax")
+    trials_measure_peak = False
+    unavailable = {"order_backward": "not available on PyTorch: the backward pass runs in autograd's order"}
+
+    @staticmethod
+    def devices() -> list[str]:
+        import torch
+
+        return ["/CPU:0"] + [f"/GPU:{index}" for index in range(torch.cuda.device_count())]
+
+    @classmethod
+    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+        """The devices checked (None leaves the choice to the backend: the device the model trains on), and the
+        device's capacity in ``stats``."""
+        from ..devices import check_known_devices
+
+        check_known_devices(options.device, options.host_device, cls.devices())
+        stats.capacity_bytes = _capacity_bytes(options.device)
+        return options
+
+    @staticmethod
+    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
+        return None
+
+    @staticmethod
+    def backend():
+        from .backend import TorchBackend
+
+        return TorchBackend
+
+    @classmethod
+    def predictor(cls, model, samples, options, lean_ops, order_backward, recompute):
+        raise ValueError(cls.tuner_refusal)
+
+    @staticmethod
+    def trial_device() -> tuple[str | None, bool]:
+        import torch
+
+        return None, torch.cuda.is_available()
+
+    @staticmethod
+    def trial_peak_source(gpu: bool) -> str:
+        return "predicted from the first step's saved tensors"
+
+
+def _capacity_bytes(device: str | None) -> int | None:
+    """What ``torch.cuda.mem_get_info`` says is free on the device plus what PyTorch already holds, within a
+    ``set_per_process_memory_fraction`` cap; None on a CPU."""
+    import torch
+
+    from .offload import torch_device
+
+    place = torch_device(device)
+    if place.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(place)
+    usable = free + torch.cuda.memory_reserved(place)
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if fraction is not None:
+        usable = min(usable, int(total * fraction(place)))
+    return usable

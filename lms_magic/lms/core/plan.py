@@ -35,6 +35,9 @@ PEAK_TOLERANCE = 0.01  # plans within 1% of the lowest peak count as equal: the 
 # The share of a device's capacity LMS plans to leave free: the replay predicts a little less than allocators
 # measure, and allocators fragment (docs/measurements.md: the prediction against the allocator).
 CAPACITY_HEADROOM = 0.2
+# A traced-graph prediction at most this share of the usable capacity is trusted as it is: the step fits with room
+# for the traced graph's error (docs/lms.md: "What the default does"), so no step is probed or replayed for it.
+TRUSTED_FIT = 0.75
 
 
 def usable_bytes(capacity_bytes: int) -> int:

@@ -105,6 +105,8 @@ class JaxBackend:
             if not training:
                 return inner(*args)
             chosen = self._plan(inner, args)
+            if not chosen:  # nothing moves: the step is the model's own, with no checkpoint policy around it
+                return inner(*args)
             return jax.checkpoint(inner, policy=self._policy(chosen))(*args)
 
         return compute

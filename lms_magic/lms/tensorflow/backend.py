@@ -21,7 +21,7 @@ import time
 import tensorflow as tf
 
 from . import internals as tf_internals
-from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
+from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..options import LmsOptions
@@ -77,6 +77,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._retraces = 0
         self._persistent_tensors = None
         self._cost = None  # the step's StepCost, made after the first step (never while a trace runs)
+        self._fits_with_room = False  # the traced step fits the device with room: nothing is probed or replayed
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -212,6 +213,9 @@ class TensorFlowBackend(ExecutedStepChecks):
         ops = step.ops  # with the backward order's joins, where it is ordered
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
+        if self.stats.records is None and self._trusted_fit(plan, step.batch_size):
+            self._fits_with_room = True
+            tf_internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
         if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
             # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
@@ -246,6 +250,14 @@ class TensorFlowBackend(ExecutedStepChecks):
             notes.append(_messages.nothing_helps(without.peak_after or "?", plan.peak_bytes, self._optimizer_scope()))
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
+
+    def _trusted_fit(self, plan: Plan, batch: int | None) -> bool:
+        """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
+        moves, and the traced step is the model's own (no lean gradient, recompute or backward order in it)."""
+        return (self._searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
+                and plan.peak_bytes is not None and plan.budget_bytes is not None
+                and plan.peak_bytes <= TRUSTED_FIT * plan.budget_bytes
+                and self._lean is None and self.recompute is False and not self._ordered.get(batch))
 
     def _searched(self, plan: Plan) -> bool:
         """Whether the plan is searched (and so made on the executed graphs), not given by a count. With

@@ -13,7 +13,7 @@ import time
 from ... import keras_internals
 from ...units import format_size
 from ..backend import Action
-from ..core.plan import BudgetError, Rule
+from ..core.plan import TRUSTED_FIT, BudgetError, Rule
 from . import compute as _compute
 from . import messages as _messages
 from . import predict as _predict
@@ -25,6 +25,9 @@ class ExecutedStepChecks:
     def first_step_done(self) -> Action:
         """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
         (once), and the predicted peaks of the plan that runs."""
+        if self._fits_with_room:
+            self._run_metadata = [None]
+            return self._fits_with_room_kept()
         partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
         self._run_metadata = [None]  # read once; the protos are released
         if not partitions or not self.stats.active:
@@ -138,6 +141,19 @@ class ExecutedStepChecks:
                      lean_layers=0, ordered_layers=0, plan=[], records=[],
                      device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
         return Action.STEP_OUT
+
+    def _fits_with_room_kept(self) -> Action:
+        """The traced step fits the device with room: no probe, no executed graphs. The LMS train function holds
+        the model's own step (nothing inserted), so it goes on, and nothing is traced again; where the model asks
+        for XLA, the model's own train function takes over from the next step, with XLA."""
+        plan = self._plan
+        why = (f"the step fits the device with room ({format_size(plan.peak_bytes)} predicted on the traced graph, "
+               f"within {TRUSTED_FIT:.0%} of the {format_size(plan.budget_bytes)} LMS plans to fill)")
+        if keras_internals.jit_compile_requested(self.model):
+            return self._step_out(why)
+        self.stats.notes.append(f"{why}: nothing moves, no step was probed, and the step runs as traced, the "
+                                "model's own")
+        return Action.KEEP
 
     def _hybrid_check(self, executed, peak_bytes: int) -> Action:
         """The hybrid plan after a step whose executed graphs (``executed``: a function making their

@@ -35,6 +35,13 @@ def collected_function_graphs(into: list) -> Iterator[None]:
             into.append(metadata)
 
 
+def graph_collection_stopped() -> None:
+    """Stops the graph collection ``collected_function_graphs`` started (inside its block): nothing more is kept."""
+    from tensorflow.python.eager import context
+
+    context.context().disable_graph_collection()
+
+
 def tensorflow_memory_limit(gpu_index: int) -> int | None:
     """The memory limit (bytes) set on the ``gpu_index``-th GPU's logical device, or None where none was set."""
     import tensorflow as tf

@@ -316,9 +316,19 @@ def capacity_for(usable_bytes: int) -> int:
     return int(usable_bytes / (1 - CAPACITY_HEADROOM)) + 1
 
 
-def fit_reference(callbacks=(), steps=4):
+def fit_reference(callbacks=(), steps=4, traces: list | None = None):
+    """The small reference CNN trained ``steps`` steps; ``traces`` gets an entry each time its train step is traced."""
     x, y = models.images(16 * steps, 32)
     model = models.reference_cnn_small()
+    if traces is not None:
+        original = model.train_step
+
+        def counted(data):
+            if not tf.executing_eagerly():
+                traces.append(1)
+            return original(data)
+
+        object.__setattr__(model, "train_step", counted)
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=list(callbacks))
     return model, history
 
@@ -331,15 +341,51 @@ def reference_peaks(devices):
     return callback.stats.device_peak_bytes_without_lms, callback.stats.device_peak_bytes
 
 
-def test_where_the_step_fits_the_device_nothing_moves_after_the_first_step(accelerator_memory, reference_peaks):
+def test_where_the_step_fits_the_device_with_room_nothing_is_probed_or_traced_again(accelerator_memory,
+                                                                                      reference_peaks):
+    """The traced step within TRUSTED_FIT of the usable capacity: no probe, no executed graphs, and the LMS train
+    function, which holds the model's own step, runs every step (no second trace)."""
     plain_peak, _ = reference_peaks
     accelerator_memory(capacity_for(2 * plain_peak))
-    callback = LMS(verbose=0)  # a user's call: the simulated accelerator, its capacity, the default plan
-    model, history = fit_reference([callback])
+    backends = []
+
+    def watched(model, options, stats):
+        backends.append(TensorFlowBackend(model, options, stats))
+        return backends[-1]
+
+    callback = LMS(verbose=0, backend=watched)
+    plain_traces, traces = [], []
+    fit_reference(traces=plain_traces)
+    model, history = fit_reference([callback], traces=traces)
+    stats, (backend,) = callback.stats, backends
+    assert len(traces) == len(plain_traces)  # no second trace: the step is traced as often as without LMS
+    assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == 2 * plain_peak
+    assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0
+    assert stats.steps == 4 and stats.partition_graphs is None and backend.executed is None  # no probe, no replay
+    assert stats.prediction_source == "traced graph"
+    assert any("the step fits the device with room" in note and "no step was probed" in note for note in stats.notes)
+    assert_same_training(fit_reference(), (model, history))
+
+
+def test_where_the_step_fits_the_device_without_room_the_executed_graphs_check_it_first(accelerator_memory,
+                                                                                          reference_peaks):
+    """Within the usable capacity but above TRUSTED_FIT of it: the first step's executed graphs are replayed, and
+    the model's own train function runs from the second step."""
+    from lms_magic.lms.core.plan import TRUSTED_FIT
+
+    plain_peak, _ = reference_peaks
+    usable = int(plain_peak / TRUSTED_FIT * 0.95)  # the step (traced or executed) fits, above TRUSTED_FIT of it
+    accelerator_memory(capacity_for(usable))
+    callback = LMS(verbose=0)
+    plain_traces, traces = [], []
+    fit_reference(traces=plain_traces)
+    model, history = fit_reference([callback], traces=traces)
     stats = callback.stats
-    assert stats.plan_rule is Rule.FITS_DEVICE and stats.capacity_bytes == capacity_for(2 * plain_peak)
-    assert stats.budget_bytes == 2 * plain_peak and stats.device_peak_bytes <= stats.budget_bytes
+    assert len(traces) > len(plain_traces)  # the model's own train function is traced after LMS's
+    assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == usable
+    assert stats.device_peak_bytes <= stats.budget_bytes
     assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0 and stats.steps == 1
+    assert stats.prediction_source.startswith("executed partition graphs")
     assert any("the step fits the device" in note and "nothing moves from the second step on" in note
                for note in stats.notes)
     assert_same_training(fit_reference(), (model, history))

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import keras
 import numpy as np
 
-from .. import keras_internals
+from .. import internals
 from ..lms.options import LmsOptions
 from .results import VariantResult
 from ..memory.profile import MemoryProfiler
@@ -82,7 +82,7 @@ class VariantRunner:
         self.notes = notes if notes is not None else []  # what the user should know about the comparison
 
     def _note_unfair_data(self, data) -> None:
-        if keras_internals.reshuffles_each_iteration(data):
+        if internals.reshuffles_each_iteration(data):
             note = ("--compare: the tf.data pipeline shuffles in a new order for each pass over it, so the variants "
                     "trained on different batches (their losses differ for that reason alone); for the same "
                     "batches, shuffle with .shuffle(n, seed=..., reshuffle_each_iteration=False) or pass arrays "
@@ -125,7 +125,7 @@ class VariantRunner:
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
             results.append(VariantResult.from_run(name, outcome.status, error, outcome.recorder, profiler.report,
                                                   outcome.history, lms, batch_size,
-                                                  keras_internals.jit_compile_requested(model)))
+                                                  internals.jit_compile_requested(model)))
         chosen = next((histories[r.name] for r in reversed(results) if histories[r.name] is not None), None)
         return chosen if chosen is not None else keras.callbacks.History(), results
 
@@ -161,7 +161,7 @@ def _build_for_training(model, args: list, kwargs: dict) -> None:
         return
     take = kwargs.get("batch_size") or 32
     try:
-        keras_internals.build_for_training(model, (x[:take], None if y is None else np.asarray(y)[:take]))
+        internals.build_for_training(model, (x[:take], None if y is None else np.asarray(y)[:take]))
     except Exception:  # a best effort: the fit itself builds what this did not
         pass
 

@@ -1,4 +1,5 @@
-"""The contract between the ``LMS`` callback and the engine of one framework (pure: no framework import).
+"""The contracts between the ``LMS`` callback and one framework (pure: no framework import): ``Framework``,
+what LMS asks of it around a fit, and ``Backend``, the engine of one fit.
 
 A backend does the work of one ``fit``: it is made when training begins (with the model, the
 checked :class:`~lms_magic.lms.options.LmsOptions` and the fit's :class:`~lms_magic.lms.core.stats.LmsStats`),
@@ -53,3 +54,53 @@ class Backend(Protocol):
 
 
 BackendFactory = Callable[[Any, LmsOptions, LmsStats], Backend]
+
+
+class Framework:
+    """What LMS asks of one framework before and around a fit: its devices, the device LMS relieves and its
+    capacity, why LMS stays off, which options it does not honour (and why), the backend that does one fit's
+    work, the tuner's predictor and where trials train. Each framework subclasses it once
+    (``<framework>/framework.py``); every member is a class attribute or a static / class method: no instance
+    is made. ``lms/framework.py``'s ``framework()`` chooses one."""
+
+    name: str = ""  # Keras's name for the backend: "tensorflow", "torch", "jax"
+    version_modules: tuple[str, ...] = ()  # the framework modules whose versions LMS checks, besides Keras
+    tuner_refusal: str | None = None  # why %lms_tune does not run on this framework, or None where it does
+    trials_measure_peak = False  # whether a measured trial on a GPU reads the allocator's peak (else the prediction)
+    unavailable: dict[str, str] = {}  # option -> why it is not honoured (noted in the stats, refused by the tuner)
+
+    @staticmethod
+    def devices() -> list[str]:
+        """The devices of this process, spelt as LMS spells them ("/CPU:0", "/GPU:0")."""
+        raise NotImplementedError
+
+    @classmethod
+    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+        """The options with the devices checked and filled in; the device's capacity in ``stats``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
+        """Why LMS stays off with these (prepared) options (the stats' reason, and the notice for the user), or
+        None (the default: it runs)."""
+        return None
+
+    @staticmethod
+    def backend() -> Any:
+        """The class that does one fit's work (a ``Backend``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def predictor(cls, model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute) -> Any:
+        """The tuner's predictor for ``options``; by default a ValueError saying why the tuner does not run here."""
+        raise ValueError(cls.tuner_refusal or f"the tuner does not run on {cls.name!r}")
+
+    @staticmethod
+    def trial_device() -> tuple[str | None, bool]:
+        """The device measured trials train on (None: the framework's own choice), and whether it is a GPU."""
+        raise NotImplementedError
+
+    @staticmethod
+    def trial_peak_source(gpu: bool) -> str:
+        """Where a trial's device peak comes from (measured or predicted, and how)."""
+        raise NotImplementedError

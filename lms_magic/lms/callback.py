@@ -13,7 +13,7 @@ import warnings
 
 import keras
 
-from .. import keras_internals
+from .. import internals
 from ..versions import check_versions
 from .backend import Action, Backend, BackendFactory
 from .core.stats import LmsStats
@@ -164,7 +164,7 @@ class LMS(keras.callbacks.Callback):
         framework = chosen_framework()
         make = self._make_backend
         self.stats = LmsStats(backend=framework.name if make is None else None, budget_bytes=self.options.budget_bytes)
-        batch_size, source = keras_internals.fit_batch_size(keras_internals.calling_frames(depth=12))
+        batch_size, source = internals.fit_batch_size(internals.calling_frames(depth=12))
         self.stats.update(batch_size=batch_size, batch_size_source=source)
         options = framework.prepare(self.options, self.stats)
         if make is None:
@@ -177,7 +177,7 @@ class LMS(keras.callbacks.Callback):
                 return
             make = framework.backend()
         self.stats.notes += _not_honoured(options, framework.unavailable)
-        self.stats.notes += options.selection.unknown_names(keras_internals.layer_types(self._keras_model))
+        self.stats.notes += options.selection.unknown_names(internals.layer_types(self._keras_model))
         if options.n_tensors == 0 and options.budget_bytes is None:
             self.stats.reason = "n_tensors=0: LMS is off"
             return
@@ -225,13 +225,13 @@ class LMS(keras.callbacks.Callback):
         """
         model = self._keras_model
         self._jit_off = not getattr(self._backend, "keeps_jit", False)
-        if self._jit_off and keras_internals.jit_compile_requested(model) and jit_note not in self.stats.notes:
+        if self._jit_off and internals.jit_compile_requested(model) and jit_note not in self.stats.notes:
             self.stats.notes.append(jit_note)
             self.stats.jit_compile_off = True
         self._lms_step = train_step
         plain = model.train_function
         try:
-            with keras_internals.train_step_replaced(model, train_step, self._jit_off):
+            with internals.train_step_replaced(model, train_step, self._jit_off):
                 model.make_train_function(force=True)
                 made = model.train_function
         finally:
@@ -249,7 +249,7 @@ class LMS(keras.callbacks.Callback):
         trains: Keras tells callbacks nothing then.)
         """
         try:
-            with keras_internals.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
+            with internals.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
                 self.stats.steps += 1
                 yield
         except BaseException:

@@ -1,59 +1,15 @@
-"""What LMS asks of a deep-learning framework before and around a fit, and the one place that chooses it.
+"""The one place that chooses a framework (``lms/backend.py``'s ``Framework``) by Keras's backend name, and the
+checks every framework's answers go through.
 
-A framework (``tensorflow/framework.py``, ``torch/framework.py``, ``jax/framework.py``) answers the
-same questions, so the callback, the magics and the tuner ask and never compare a backend's name:
-the devices of this process, the device LMS relieves and its capacity, why LMS stays off, which
-options it does not honour (and why), the backend that does one fit's work, the tuner's predictor
-and where trials train. :func:`framework` is the only code that compares Keras's backend name.
-Pure: no framework is imported here.
+A framework (``tensorflow/framework.py``, ``torch/framework.py``, ``jax/framework.py``) answers the same
+questions, so the callback, the magics and the tuner ask and never compare a backend's name. Pure: no
+framework is imported here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-from .core.stats import LmsStats
+from .backend import Framework
 from .options import LmsOptions, OptionError
-
-
-class Framework(Protocol):
-    """One framework's answers (each class in ``<framework>/framework.py``; every member a class attribute or a
-    static / class method: no instance is made)."""
-
-    name: str  # Keras's name for the backend: "tensorflow", "torch", "jax"
-    version_modules: tuple[str, ...]  # the framework modules whose versions LMS checks, besides Keras
-    tuner_refusal: str | None  # why %lms_tune does not run on this framework, or None where it does
-    trials_measure_peak: bool  # whether a measured trial on a GPU reads the allocator's peak (else the prediction)
-    unavailable: dict[str, str]  # option -> why this framework does not honour it (said in the stats, refused by the tuner)
-
-    @staticmethod
-    def devices() -> list[str]:
-        """The devices of this process, spelt as LMS spells them ("/CPU:0", "/GPU:0")."""
-
-    @classmethod
-    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
-        """The options with the devices checked and filled in; the device's capacity in ``stats``."""
-
-    @staticmethod
-    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
-        """Why LMS stays off with these (prepared) options (the stats' reason, and the notice for the user), or
-        None."""
-
-    @staticmethod
-    def backend() -> Any:
-        """The class that does one fit's work (``lms/backend.py``'s ``Backend``)."""
-
-    @staticmethod
-    def predictor(model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute) -> Any:
-        """The tuner's predictor for ``options`` (raises ValueError where the tuner does not run)."""
-
-    @staticmethod
-    def trial_device() -> tuple[str | None, bool]:
-        """The device measured trials train on (None: the framework's own choice), and whether it is a GPU."""
-
-    @staticmethod
-    def trial_peak_source(gpu: bool) -> str:
-        """Where a trial's device peak comes from (measured or predicted, and how)."""
 
 
 NAMES = ("tensorflow", "torch", "jax")

@@ -16,14 +16,14 @@ from typing import Callable, ContextManager, Iterator
 
 import keras
 
-from .. import keras_internals
+from .. import internals
 
 
 def lean_layers(model) -> list:
     """The layers of ``model`` (nested ones too) whose gradient ``lean_ops`` changes: Keras's own
     ``BatchNormalization`` (a subclass that overrides ``call`` keeps it)."""
     base = keras.layers.BatchNormalization
-    return [layer for layer in keras_internals.layers_of(model) if isinstance(layer, base) and type(layer).call is base.call]
+    return [layer for layer in internals.layers_of(model) if isinstance(layer, base) and type(layer).call is base.call]
 
 
 def lean_call(layer, normalize: Callable, traced: Callable[[], bool] = lambda: True,
@@ -85,6 +85,6 @@ class LeanOps:
     def applied(self) -> Iterator[None]:
         """Inside the block the layers compute the lean gradient in training; after it, each is exactly as
         before, however the block ends."""
-        with keras_internals.layer_calls_replaced(self.layers, lambda layer, call: lean_call(
+        with internals.layer_calls_replaced(self.layers, lambda layer, call: lean_call(
                 layer, self._normalize, self._traced, self._statistics)):
             yield

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, ContextManager
 
-from .. import keras_internals
+from .. import internals
 
 
 class LmsTrainFunction:
@@ -51,7 +51,7 @@ class LmsTrainFunction:
 
     def arm(self) -> None:
         """Takes the model's train function for the next step of the fit that calls this."""
-        self._armed_by = keras_internals.calling_frames()
+        self._armed_by = internals.calling_frames()
         self._model.train_function = self
 
     @staticmethod
@@ -75,7 +75,7 @@ class LmsTrainFunction:
 
     def __call__(self, *args, **kwargs):
         self._model.train_function = self.plain
-        armed, self._armed_by = keras_internals.called_from(self._armed_by), ()
+        armed, self._armed_by = internals.called_from(self._armed_by), ()
         if not armed:
             return self.plain(*args, **kwargs)
         with self._step_scope():

@@ -11,6 +11,7 @@ initialises TensorFlow's runtime (which would make ``set_memory_growth`` fail).
 from __future__ import annotations
 
 import sys
+from .. import internals
 
 
 
@@ -89,7 +90,7 @@ class _JaxCounter(AllocatorCounter):
 
 def _tensorflow_counters(modules) -> list[AllocatorCounter]:
     tf = modules.get("tensorflow")
-    if tf is None or not tensorflow_started(modules):
+    if tf is None or not internals.tensorflow_started(modules):
         return []  # reading would initialise TensorFlow and lock its GPU settings
     counters: list[AllocatorCounter] = []
     gpu_position = 0
@@ -113,7 +114,7 @@ def _torch_counters(modules) -> list[AllocatorCounter]:
 
 def _jax_counters(modules) -> list[AllocatorCounter]:
     jax = modules.get("jax")
-    if jax is None or not jax_started(modules):
+    if jax is None or not internals.jax_started(modules):
         return []  # asking would initialise JAX's backends and grab GPU memory
     counters: list[AllocatorCounter] = []
     for device in jax.local_devices():
@@ -148,15 +149,3 @@ def discover_counters(modules=None) -> tuple[list[AllocatorCounter], list[str]]:
             notes.append(f"{finder.__name__[1:-9]} allocator not read: {error}")
     return counters, notes
 
-
-# -- runtimes, asked without starting them -----------------------------------------------------------
-def tensorflow_started(modules) -> bool:
-    """Whether TensorFlow's runtime has started (asking it anything would start it and fix its GPU settings)."""
-    context_module = modules.get("tensorflow.python.eager.context")
-    return context_module is not None and bool(getattr(context_module.context(), "_initialized", False))
-
-
-def jax_started(modules) -> bool:
-    """Whether JAX's backends exist (asking for devices would create them and take GPU memory)."""
-    bridge = modules.get("jax._src.xla_bridge")
-    return bridge is not None and bool(getattr(bridge, "_backends", None))

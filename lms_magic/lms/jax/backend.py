@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from ... import keras_internals
+from ... import internals
 from ..backend import Action
 from ..core.plan import BudgetError, plan_swaps
 from ..core.stats import LmsStats
@@ -57,7 +57,7 @@ class JaxBackend:
         self.recompute = options.recompute
         self.offloaded: dict[tuple, frozenset] = {}  # the step's input shapes -> the layers planned for them
         self.traces = 0
-        self._layer_types = {layer.name: type(layer).__name__ for layer in keras_internals.layers_of(model)}
+        self._layer_types = {layer.name: type(layer).__name__ for layer in internals.layers_of(model)}
         if options.recompute is True:
             stats.notes.append("recompute=True is not built on JAX: the plan offloads (recompute='only' recomputes)")
             self.recompute = False
@@ -89,7 +89,7 @@ class JaxBackend:
 
         model = self.model
         checkpointed = self._checkpointed(model.compute_loss_and_updates)
-        with keras_internals.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
+        with internals.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
                 named_outputs(model):
             yield
 

@@ -3,11 +3,12 @@ and the tuner's predictor. JAX is imported inside the methods."""
 
 from __future__ import annotations
 
+from ..backend import Framework
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 
 
-class JaxFramework:
+class JaxFramework(Framework):
     """Keras's JAX backend: LMS offloads with a ``jax.checkpoint`` policy in the jitted step (``backend.py``).
 
     Example:
@@ -16,9 +17,6 @@ class JaxFramework:
     """
 
     name = "jax"
-    version_modules: tuple[str, ...] = ()
-    tuner_refusal: str | None = None  # the tuner runs here
-    trials_measure_peak = False
     unavailable = {
         "lean_ops": "not available on JAX: XLA computes the step",
         "order_backward": "not available on JAX: XLA orders the step",
@@ -38,10 +36,6 @@ class JaxFramework:
         """The options as given (JAX's default device is relieved); its capacity in ``stats``."""
         stats.capacity_bytes = _capacity_bytes()
         return options
-
-    @staticmethod
-    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
-        return None
 
     @staticmethod
     def backend():

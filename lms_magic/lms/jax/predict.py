@@ -279,18 +279,18 @@ def differentiated(inner, args):
 
 def leaf_layers(model) -> list:
     """The model's layers that hold no layers of their own: those whose outputs are named."""
-    from ... import keras_internals
+    from ... import internals
 
-    return [layer for layer in keras_internals.layers_of(model) if not getattr(layer, "_layers", None)]
+    return [layer for layer in internals.layers_of(model) if not getattr(layer, "_layers", None)]
 
 
 @contextlib.contextmanager
 def named_outputs(model):
     """While inside: each leaf layer's outputs named after it with ``checkpoint_name`` (the names the offload
     policy and the plan go by); the layers' own calls again after, whatever ends it."""
-    from ... import keras_internals
+    from ... import internals
 
-    with keras_internals.layer_calls_replaced(leaf_layers(model), _named_call):
+    with internals.layer_calls_replaced(leaf_layers(model), _named_call):
         yield
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ... import keras_internals
+from ... import internals
 from ..core.plan import Selection
 from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
@@ -44,12 +44,12 @@ class JaxStepPredictor(PrefixPredictions):
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):
         compiled_model(model)
-        keras_internals.build_for_training(model, tuple(sample))
+        internals.build_for_training(model, tuple(sample))
         self.model, self.sample = model, tuple(sample)
         self.selection = selection or Selection()
         self.recompute = recompute
         self.trace_s: float | None = None
-        self._layer_types = keras_internals.layer_types(model)
+        self._layer_types = internals.layer_types(model)
         self._persistent = persistent_tensors(model)  # as the LMS callback counts them
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._steps: dict[int, JaxStep] = {}

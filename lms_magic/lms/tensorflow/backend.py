@@ -20,11 +20,12 @@ import time
 
 import tensorflow as tf
 
-from . import internals as tf_internals
+from ... import internals
 from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..options import LmsOptions
+from ..persistent import persistent_tensors
 from . import hybrid as _hybrid
 from . import lean as _lean
 from . import messages as _messages
@@ -77,7 +78,6 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._retraces = 0
         self._persistent_tensors = None
         self._cost = None  # the step's StepCost, made after the first step (never while a trace runs)
-        self._fits_with_room = False  # the traced step fits the device with room: nothing is probed or replayed
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -85,7 +85,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
             if not self._run_metadata:  # TensorFlow instantiates the function in this step
-                stack.enter_context(tf_internals.collected_function_graphs(self._run_metadata))
+                stack.enter_context(internals.collected_function_graphs(self._run_metadata))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
             yield
@@ -95,7 +95,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         replicas = self.model.distribute_strategy.num_replicas_in_sync
 
         def lms_train_step(data):
-            if not tf_internals.in_function_graph():
+            if not internals.in_function_graph():
                 return original(data)
             graph = tf.compat.v1.get_default_graph()
             if self.budget_bytes is not None and not self._budget_checked:
@@ -194,7 +194,7 @@ class TensorFlowBackend(ExecutedStepChecks):
 
     def _persistent(self):
         if self._persistent_tensors is None:
-            self._persistent_tensors = _predict.persistent_tensors(self.model)
+            self._persistent_tensors = persistent_tensors(self.model)
         return self._persistent_tensors
 
     def _persistent_bytes(self) -> int:
@@ -214,8 +214,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
         if self.stats.records is None and self._trusted_fit(plan, step.batch_size):
-            self._fits_with_room = True
-            tf_internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
+            internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
         if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
             # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
@@ -251,10 +250,10 @@ class TensorFlowBackend(ExecutedStepChecks):
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
 
-    def _trusted_fit(self, plan: Plan, batch: int | None) -> bool:
+    def _trusted_fit(self, plan: Plan | None, batch: int | None) -> bool:
         """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
         moves, and the traced step is the model's own (no lean gradient, recompute or backward order in it)."""
-        return (self._searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
+        return (plan is not None and self._searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
                 and plan.peak_bytes is not None and plan.budget_bytes is not None
                 and plan.peak_bytes <= TRUSTED_FIT * plan.budget_bytes
                 and self._lean is None and self.recompute is False and not self._ordered.get(batch))

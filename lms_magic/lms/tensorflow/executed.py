@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ... import keras_internals
+from ... import internals
 from ...units import format_size
 from ..backend import Action
 from ..core.plan import TRUSTED_FIT, BudgetError, Rule
@@ -25,7 +25,7 @@ class ExecutedStepChecks:
     def first_step_done(self) -> Action:
         """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
         (once), and the predicted peaks of the plan that runs."""
-        if self._fits_with_room:
+        if self._retraces == 0 and self._trusted_fit(self._plan, self.stats.batch_size):  # no graph was collected
             self._run_metadata = [None]
             return self._fits_with_room_kept()
         partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
@@ -48,7 +48,7 @@ class ExecutedStepChecks:
         self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
                            "peak": with_lms, "peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs" + (
-                               ", without XLA" if keras_internals.jit_compile_requested(self.model) else ""),
+                               ", without XLA" if internals.jit_compile_requested(self.model) else ""),
                            "unknown_size_nodes": unknown})
         if self._cost is None:
             self._cost = self._step_cost()
@@ -149,7 +149,7 @@ class ExecutedStepChecks:
         plan = self._plan
         why = (f"the step fits the device with room ({format_size(plan.peak_bytes)} predicted on the traced graph, "
                f"within {TRUSTED_FIT:.0%} of the {format_size(plan.budget_bytes)} LMS plans to fill)")
-        if keras_internals.jit_compile_requested(self.model):
+        if internals.jit_compile_requested(self.model):
             return self._step_out(why)
         self.stats.notes.append(f"{why}: nothing moves, no step was probed, and the step runs as traced, the "
                                 "model's own")

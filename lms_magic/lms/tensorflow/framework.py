@@ -3,11 +3,12 @@ the tuner's predictor and where trials train. TensorFlow is imported inside the 
 
 from __future__ import annotations
 
+from ..backend import Framework
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 
 
-class TensorFlowFramework:
+class TensorFlowFramework(Framework):
     """Keras's TensorFlow backend: LMS rewrites the traced train step (``backend.py``).
 
     Example:
@@ -17,7 +18,6 @@ class TensorFlowFramework:
 
     name = "tensorflow"
     version_modules = ("tensorflow",)
-    tuner_refusal: str | None = None  # the tuner runs here
     trials_measure_peak = True  # on a GPU, TensorFlow's allocator peak is reset between trials
     unavailable: dict[str, str] = {}
 
@@ -83,7 +83,7 @@ def _capacity_bytes(device: str | None) -> int | None:
     accelerator's ``memory``; a GPU's logical-device memory limit where one was set, else its total memory
     (NVML); a CPU's: None (host memory is not what LMS relieves)."""
     from .. import devices
-    from . import internals
+    from ... import internals
 
     if device is None:
         return None

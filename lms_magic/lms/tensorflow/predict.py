@@ -3,7 +3,7 @@
 Two sources feed the same liveness replay (simulate.py): the traced FuncGraph
 (available before the first step runs, used to plan for a budget), and the
 partition graphs that TensorFlow actually executed after Grappler and
-placement (collected during the first step: tf_internals.collected_function_graphs).
+placement (collected during the first step: internals.collected_function_graphs).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import dataclasses
 
 import tensorflow as tf
 
-from ..persistent import persistent_bytes, persistent_tensors
 from ..core.peak import LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, collector_paused, replay, with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
@@ -21,17 +20,12 @@ from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS
 from .partitions import nodes_from_partitions, swap_ins, swapped_in
 from .rewrite import TensorCandidate, static_bytes
 
-__all__ = ["TracedStep", "variables_bytes", "persistent_tensors", "train_partitions", "executed_peaks"]
+__all__ = ["TracedStep", "train_partitions", "executed_peaks"]
 
 
 def device_suffix(device: str) -> str:
     """'/GPU:0' or '/job:localhost/.../device:GPU:0' -> 'device:GPU:0'."""
     return "device:" + tf.DeviceSpec.from_string(device).to_string().split("device:")[-1]
-
-
-def variables_bytes(model) -> int:
-    """Bytes of the model's, its optimizer's and its metrics' variables (held through the step)."""
-    return persistent_bytes(model)
 
 
 def _planned(swaps: list[TensorCandidate]) -> list[Swap]:

@@ -22,7 +22,8 @@ from ..core.prediction import Prediction, PrefixPredictions
 from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
-from .predict import TracedStep, persistent_tensors
+from ..persistent import persistent_tensors
+from .predict import TracedStep
 from .recompute import plan_recomputes
 from .rewrite import find_candidates, layer_resolver
 

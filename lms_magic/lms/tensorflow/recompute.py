@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from . import internals as tf_internals
+from ... import internals
 from .graph import RECOMPUTE_SCOPE, SHAPE_OPS, swap_name
 from .rewrite import insert_swaps, split_by_replica
 
@@ -132,8 +132,8 @@ def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[Reco
         for index, op in enumerate(recompute.ops):
             inputs = [cloned.get(t.ref(), t) for t in op.inputs]
             with graph.as_default(), graph.name_scope(None):
-                clone = tf_internals.clone_op(graph, op, inputs, f"{RECOMPUTE_SCOPE}/{base}/{index}")
-            tf_internals.add_control_input(clone, item.trigger)
+                clone = internals.clone_op(graph, op, inputs, f"{RECOMPUTE_SCOPE}/{base}/{index}")
+            internals.add_control_input(clone, item.trigger)
             for original, copy in zip(op.outputs, clone.outputs):
                 cloned[original.ref()] = copy
             names.append(clone.name)
@@ -141,7 +141,7 @@ def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[Reco
         for consumer in item.consumers:
             for index, source in enumerate(consumer.inputs):
                 if source is item.tensor:
-                    tf_internals.replace_input(consumer, index, value)
+                    internals.replace_input(consumer, index, value)
         records.append(RecomputeRecord(item.candidate, names, item.trigger.name, item.hops,
                                        [c.name for c in item.consumers]))
     return records

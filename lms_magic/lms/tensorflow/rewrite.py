@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from ... import keras_internals
+from ... import internals
 
-from . import internals as tf_internals
 from ..core.plan import Candidate
 from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, op_name_in_step, replica_prefix, swap_name
 
@@ -191,12 +190,12 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
             swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"{SWAP_OUT_SCOPE}/{base}")
             swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"{SWAP_IN_SCOPE}/{base}")
-        tf_internals.add_control_input(swap_in.op, item.trigger)
+        internals.add_control_input(swap_in.op, item.trigger)
         for consumer in item.consumers:
             _reroute(consumer, tensor, swap_in)
         for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy
             _reroute(consumer, tensor, swap_out)
-            tf_internals.set_op_device(consumer, host_device)
+            internals.set_op_device(consumer, host_device)
         records.append(SwapRecord(item.candidate, swap_out.op.name, swap_in.op.name, item.trigger.name,
                                   item.hops, [c.name for c in item.consumers]))
     return records
@@ -205,7 +204,7 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
 def _reroute(op, old, new) -> None:
     for index, source in enumerate(op.inputs):
         if source is old:
-            tf_internals.replace_input(op, index, new)
+            internals.replace_input(op, index, new)
 
 
 def layer_resolver(model):
@@ -214,7 +213,7 @@ def layer_resolver(model):
     TensorFlow makes scope names unique by appending ``_1``, ``_2``...; those
     suffixes are peeled until a layer name matches. The deepest match wins.
     """
-    layers = keras_internals.layer_types(model)
+    layers = internals.layer_types(model)
 
     def layer_of(op_name: str) -> tuple[str, str]:
         parts = op_name_in_step(op_name).split("/")[:-1]

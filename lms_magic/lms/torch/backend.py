@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import functools
 
-from ... import keras_internals
+from ... import internals
 from ...units import format_size
 from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
@@ -50,7 +50,7 @@ class TorchBackend:
         self.model, self.options, self.stats, self._observer = model, options, stats, observer
         self.device, self.lb = str(self.offloader.device), options.lb
         self._reads: list = []  # the first step's backward reads, in order
-        self._release_plan = keras_internals.graph_release_plan(model)
+        self._release_plan = internals.graph_release_plan(model)
         self._lean = None
         self._recorder, self._recomputed = None, []
         if options.recompute:
@@ -83,7 +83,7 @@ class TorchBackend:
         device memory is free before the forward pass ends (Keras would hold all of them to its end); with
         ``lean_ops``, its BatchNormalization layers lean while the step runs."""
         first = self.offloader.steps == 0
-        with keras_internals.graph_intermediates_released(self._release_plan), \
+        with internals.graph_intermediates_released(self._release_plan), \
                 (self._lean.applied() if self._lean is not None else contextlib.nullcontext()), \
                 (self._recorder.recording() if first and self._recorder is not None else
                  recomputed(self._recomputed) if self._recomputed else contextlib.nullcontext()):

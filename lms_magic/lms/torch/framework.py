@@ -3,11 +3,12 @@ PyTorch is imported inside the methods."""
 
 from __future__ import annotations
 
+from ..backend import Framework
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 
 
-class TorchFramework:
+class TorchFramework(Framework):
     """Keras's PyTorch backend: LMS offloads autograd's saved tensors (``backend.py``); no tuner.
 
     Example:
@@ -20,7 +21,6 @@ class TorchFramework:
     tuner_refusal = ("the tuner predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras runs on 'torch': "
                      "there, LMS(...) and %%lms_fit plan for the fit itself (stats.device_peak_bytes), or run the tuner "
                      "with KERAS_BACKEND=tensorflow or jax")
-    trials_measure_peak = False
     unavailable = {"order_backward": "not available on PyTorch: the backward pass runs in autograd's order"}
 
     @staticmethod
@@ -40,18 +40,10 @@ class TorchFramework:
         return options
 
     @staticmethod
-    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
-        return None
-
-    @staticmethod
     def backend():
         from .backend import TorchBackend
 
         return TorchBackend
-
-    @classmethod
-    def predictor(cls, model, samples, options, lean_ops, order_backward, recompute):
-        raise ValueError(cls.tuner_refusal)
 
     @staticmethod
     def trial_device() -> tuple[str | None, bool]:

@@ -13,7 +13,7 @@ side stream still reads; at most ``COPIES_OUT_IN_FLIGHT`` copies out are
 queued ahead. What goes is a storage: the saved tensors that view it (a
 convolution saves a permuted view of the activation before it) share one copy
 and come back with their own strides. The model's graph drops each layer
-output after its last reader while LMS trains (``keras_internals.graph_intermediates_released``),
+output after its last reader while LMS trains (``internals.graph_intermediates_released``),
 so an offloaded activation's device memory is free before the forward pass ends;
 a storage copied back is held only by the saved tensors autograd keeps, so it is
 freed as soon as its layer's gradient is computed.
@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from ... import keras_internals
+from ... import internals
 from ..core.plan import Candidate, Rule, Selection
 
 
@@ -264,7 +264,7 @@ class TorchOffloader:
             return tensor
         if tensor.layout != torch.strided or tensor.numel() == 0:
             return tensor  # sparse and empty tensors stay where they are
-        layer, layer_type = keras_internals.current_keras_layer()
+        layer, layer_type = internals.current_keras_layer()
         layer_index = self._layers.setdefault(layer, len(self._layers))
         key = tensor.untyped_storage().data_ptr()
         if key in self._seen:  # a storage already offloaded (saved again, or viewed by another op)

@@ -22,7 +22,7 @@ from typing import Iterator
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ... import keras_internals
+from ... import internals
 from ..core.plan import Candidate, Selection
 
 CHEAP_LAYERS = frozenset({
@@ -46,7 +46,7 @@ def recomputable_layers(model, selection: Selection) -> list:
     import keras
 
     chosen = []
-    for layer in keras_internals.layers_of(model):
+    for layer in internals.layers_of(model):
         name = type(layer).__name__
         base = getattr(keras.layers, name, None)
         if name not in CHEAP_LAYERS or base is None or type(layer).call is not base.call:
@@ -95,7 +95,7 @@ def checkpointed_call(layer, call):
 
 def recomputed(layers: list):
     """A block in which ``layers`` are recomputed (see the module's docstring)."""
-    return keras_internals.layer_calls_replaced(layers, checkpointed_call)
+    return internals.layer_calls_replaced(layers, checkpointed_call)
 
 
 class InputRecorder:
@@ -130,7 +130,7 @@ class InputRecorder:
 
     def recording(self):
         """The block of the first step: each layer's call noted with its input."""
-        return keras_internals.layer_calls_replaced(self.layers, self._recording_call)
+        return internals.layer_calls_replaced(self.layers, self._recording_call)
 
     def _recording_call(self, layer, call):
         def recording(inputs, *args, **kwargs):

@@ -12,7 +12,7 @@ import tensorflow as tf
 from lms_magic import LMS
 from lms_magic.lms.core.plan import BudgetError, Rule
 from lms_magic.lms.tensorflow.backend import TensorFlowBackend
-from lms_magic.lms.tensorflow.predict import variables_bytes
+from lms_magic.lms.persistent import persistent_bytes
 from tests import models
 
 
@@ -196,7 +196,7 @@ def test_budget_swaps_the_fewest_that_fit(lms_options):
 def test_impossible_budget_fails_before_training_and_keeps_the_model(lms_options, above_weights, words):
     model = models.reference_cnn_small()
     weights = [w.copy() for w in model.get_weights()]
-    budget = 1024 if above_weights is None else variables_bytes(model) + above_weights
+    budget = 1024 if above_weights is None else persistent_bytes(model) + above_weights
     with pytest.raises(BudgetError, match=words):
         fit(model, [LMS(budget=budget, **lms_options)])
     assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))

@@ -32,9 +32,8 @@ class LMS(keras.callbacks.Callback):
     The forward tensors that the backward pass reads are copied to host memory
     as soon as they are produced, their device buffers are freed, and each is
     copied back ``lb`` backward ops before the op that reads it. The values are
-    only copied: losses and weights are those of training without LMS
-    (bit-identical on the models the tests train but two, which differ by
-    float rounding; docs/lms.md says which).
+    only copied: losses and weights are those of training without LMS, to
+    the bit (docs/lms.md, "Same math", says how that is checked).
 
     Args:
         n_tensors: which tensors to swap, first produced first. None (the

@@ -35,9 +35,10 @@ ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "Expand
 # on them (ordering.py), so the fusions, and the values, stay those of the plain step.
 FUSED_IN_BACKWARD = frozenset({"BiasAddGrad", "Conv2DBackpropFilter", "MatMul", "BatchMatMulV2"})
 
-# The op types of LMS's swap ops (rewrite.py: EnsureShape out, Snapshot in), and their name scopes.
+# The op types of LMS's swap ops (rewrite.py: EnsureShape out, Snapshot in), and their name scopes; a swapped-in
+# tensor lands on the device through a Snapshot of its own (``landing_name``), which the backward pass reads.
 SWAP_OPS = frozenset({"EnsureShape", "Snapshot"})
-SWAP_OUT_SCOPE, SWAP_IN_SCOPE = "lms_swap_out", "lms_swap_in"
+SWAP_OUT_SCOPE, SWAP_IN_SCOPE, LANDING = "lms_swap_out", "lms_swap_in", "lms_landed"
 # The name scope of the ops recompute.py clones.
 RECOMPUTE_SCOPE = "lms_recompute"
 
@@ -93,10 +94,10 @@ def phase_of(op_name: str, optimizer_scope: str | None) -> str:
     Example:
         >>> [phase_of(name, "adam") for name in ("sequential/dense/MatMul",
         ...  "gradient_tape/sequential/dense/MatMul/MatMul", "adam/Sub_7", "StatefulPartitionedCall/adam/mul_4",
-        ...  "lms_swap_in/sequential/dense/Relu_0/_90")]
-        ['forward', 'backward', 'optimizer', 'optimizer', 'backward']
+        ...  "lms_swap_in/sequential/dense/Relu_0/_90", "sequential/dense/Relu/lms_landed_0")]
+        ['forward', 'backward', 'optimizer', 'optimizer', 'backward', 'backward']
     """
-    if is_backward(op_name) or op_name_in_step(op_name).split("/")[0] == SWAP_IN_SCOPE:
+    if is_backward(op_name) or op_name_in_step(op_name).split("/")[0] == SWAP_IN_SCOPE or is_landing(op_name):
         return "backward"  # a swap-in is gated by a backward op: it runs in the backward pass
     if optimizer_scope and op_name_in_step(op_name).split("/")[0] == optimizer_scope:
         return "optimizer"
@@ -126,6 +127,29 @@ def swap_name(tensor_name: str) -> str:
         'model/conv/Relu_0'
     """
     return re.sub(r"[^A-Za-z0-9_./-]", "_", tensor_name.replace(":", "_"))
+
+
+def landing_name(tensor) -> str:
+    """The name of the op a swapped ``tensor`` lands on the device through: under its producer's name, so that it
+    sorts among the step's names where the producer does (Grappler orders a commutative op's inputs by name before
+    it reassociates them with a constant: another place would group the arithmetic, and round, otherwise).
+
+    Example:
+        >>> from types import SimpleNamespace as T
+        >>> landing_name(T(op=T(name="model/act/mul"), value_index=0))
+        'model/act/mul/lms_landed_0'
+    """
+    return f"{tensor.op.name}/{LANDING}_{tensor.value_index}"
+
+
+def is_landing(op_name: str) -> bool:
+    """Whether an op (traced or executed) is where a swapped-in tensor lands on the device (``landing_name``).
+
+    Example:
+        >>> is_landing("StatefulPartitionedCall/model/act/mul/lms_landed_0"), is_landing("model/act/mul")
+        (True, False)
+    """
+    return op_name.rsplit("/", 1)[-1].startswith(LANDING + "_")
 
 
 def swapped_tensor_name(op_name: str) -> str | None:
@@ -172,11 +196,24 @@ def is_join(op_name: str) -> bool:
     return op_name_in_step(op_name).split("/")[0] == JOIN_SCOPE
 
 
-def is_recompute_op(op_name: str) -> bool:
-    """Whether an op (traced or executed) is one of the clones LMS recomputes a tensor with.
+def clone_name(op, candidate: int, position: int) -> str:
+    """The name of a recompute clone of ``op`` (the ``position``-th of the chain that recomputes candidate number
+    ``candidate``): under the op's own name, so that it sorts among the step's names where the op does (as a swap's
+    landing op does: ``landing_name``).
 
     Example:
-        >>> is_recompute_op("StatefulPartitionedCall/lms_recompute/relu_0/2"), is_recompute_op("model/relu")
+        >>> from types import SimpleNamespace as T
+        >>> clone_name(T(name="model/act/Relu"), 7, 1)
+        'model/act/Relu/lms_recompute_7_1'
+    """
+    return f"{op.name}/{RECOMPUTE_SCOPE}_{candidate}_{position}"
+
+
+def is_recompute_op(op_name: str) -> bool:
+    """Whether an op (traced or executed) is one of the clones LMS recomputes a tensor with (``clone_name``).
+
+    Example:
+        >>> is_recompute_op("StatefulPartitionedCall/model/act/Relu/lms_recompute_7_1"), is_recompute_op("model/relu")
         (True, False)
     """
-    return RECOMPUTE_SCOPE in op_name.split("/")
+    return op_name.rsplit("/", 1)[-1].startswith(RECOMPUTE_SCOPE + "_")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ..core.simulate import Node, collector_paused, execution_order
-from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, RECOMPUTE_SCOPE, SHAPE_OPS, SWAP_OPS, is_swap_op,
+from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, SHAPE_OPS, SWAP_OPS, is_recompute_op, is_swap_op,
                     op_name_in_step)
 
 def _parse_input(text: str) -> tuple[str, int, bool]:
@@ -150,17 +150,16 @@ class _PartitionIndex:
         self._in_step: dict[str, str] | None = None
 
     def recomputed_origin(self, name: str) -> str | None:
-        """For a clone recompute.py made (``<scope>lms_recompute/<swap name of the tensor>/<i>``): the executed
-        op whose output the chain's last clone copies (only that clone has readers outside the chain);
-        else None. Where Grappler renamed the op away, the clone stays (a warning for the prediction only)."""
-        scopes = name.split("/")
-        if RECOMPUTE_SCOPE not in scopes[:-2]:
+        """For a clone recompute.py made (``graph.clone_name``: ``<op>/lms_recompute_<candidate>_<i>``): the
+        executed op it copies (for the chain's last clone, the only one with readers outside the chain, the
+        candidate's producer); else None. Where Grappler renamed the op away, the clone stays (a warning for the
+        prediction only)."""
+        if not is_recompute_op(name):
             return None
-        at = scopes.index(RECOMPUTE_SCOPE)
-        op_name = "/".join(scopes[at + 1:-1]).rsplit("_", 1)[0]  # swap_name: "op/name:0" -> "op/name_0"
-        exact = "/".join(scopes[:at] + [op_name])
+        exact = name.rsplit("/", 1)[0]
         if exact in self.by_name:
             return exact
+        op_name = op_name_in_step(exact)
         if self._in_step is None:
             self._in_step = {op_name_in_step(node.name): node.name for node in self.nodes}
         return self._in_step.get(op_name)

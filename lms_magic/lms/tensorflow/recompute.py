@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ... import internals
-from .graph import RECOMPUTE_SCOPE, SHAPE_OPS, swap_name
+from .graph import SHAPE_OPS, clone_name
 from .rewrite import insert_swaps, split_by_replica
 
 # Kernels cheap next to the step (memory-bound, one pass over their inputs) and deterministic.
@@ -122,17 +122,16 @@ def _chain(tensor, is_source):
 def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[RecomputeRecord]:
     """Adds the clones of each chain to ``graph`` (the train step's FuncGraph) and makes the candidate's
     backward readers read the last clone. ``sources``: tensor ref -> the tensor a clone reads instead (a
-    swapped source's swap-in)."""
+    swapped source's landing op)."""
     records = []
     for recompute in chosen:
         item = recompute.item
-        base = swap_name(item.tensor.name)
         cloned: dict = dict(sources or {})  # original tensor ref -> what a clone reads for it
         names = []
         for index, op in enumerate(recompute.ops):
             inputs = [cloned.get(t.ref(), t) for t in op.inputs]
             with graph.as_default(), graph.name_scope(None):
-                clone = internals.clone_op(graph, op, inputs, f"{RECOMPUTE_SCOPE}/{base}/{index}")
+                clone = internals.clone_op(graph, op, inputs, clone_name(op, item.candidate.forward_index, index))
             internals.add_control_input(clone, item.trigger)
             for original, copy in zip(op.outputs, clone.outputs):
                 cloned[original.ref()] = copy
@@ -207,7 +206,7 @@ def insert_hybrid(graph, items, chains: dict[str, Recompute], ops_of_step, host_
                dataclasses.replace(item, trigger=moves[item.tensor.name].trigger)
                for item in items if item.tensor.name not in chains]
     records = insert_swaps(graph, swapped, host_device)
-    swap_ins = {item.tensor.ref(): graph.get_operation_by_name(record.swap_in).outputs[0]
+    swap_ins = {item.tensor.ref(): graph.get_operation_by_name(record.landed).outputs[0]
                 for item, record in zip(swapped, records)}
     return records + insert_recomputes(graph, [chains[item.tensor.name] for item in items
                                                if item.tensor.name in chains], swap_ins)

@@ -5,8 +5,8 @@ first and the backward ops (name scope ``gradient_tape/``) after them, in a
 topological creation order. A forward tensor that backward ops read is
 rewired as TFLMS did for TensorFlow 1:
 
-    tensor --> swap_out (Identity on the host) --> swap_in (Identity on the host,
-    control input: a backward op ``lb`` hops upstream of the first consumer) --> consumers
+    tensor --> swap_out (on the host) --> swap_in (on the host, control input: a backward op ``lb``
+    hops upstream of the first consumer) --> landed (on the consumers' device) --> consumers
 
 Both copies sit on the host, so the device-side receive of the swap-in cannot
 start before the gate op has run; the device buffer of the tensor is freed once
@@ -26,7 +26,7 @@ import tensorflow as tf
 from ... import internals
 
 from ..core.plan import Candidate
-from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, op_name_in_step, replica_prefix, swap_name
+from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, landing_name, op_name_in_step, replica_prefix, swap_name
 
 _SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
 _LOOP_OPS = frozenset({"While", "StatelessWhile"})
@@ -54,6 +54,7 @@ class SwapRecord:
     trigger: str
     hops: int
     consumers: list[str] = field(default_factory=list)
+    landed: str = ""  # the op on the consumers' device that they read the swapped-in tensor from
 
 
 def static_bytes(tensor, batch_size: int | None) -> int | None:
@@ -182,6 +183,13 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
     it off instead changes which kernels the rest of the graph runs (with it
     off, EfficientNetB0's first loss differs in the 7th digit; with these
     ops and Grappler as it is, it trains bit-identically).
+
+    The consumers read the tensor from a third op, a ``Snapshot`` on their own
+    device (``LANDING_SCOPE``; it passes the received buffer on). Grappler's
+    constant folding reassociates a product or sum with a constant only where
+    every operand is on one device: a consumer reading the host swap-in
+    directly would have its arithmetic grouped otherwise than without LMS,
+    and the rounding would differ (a GELU's gradient did so).
     """
     records = []
     for item in chosen:
@@ -191,13 +199,15 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
             swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"{SWAP_OUT_SCOPE}/{base}")
             swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"{SWAP_IN_SCOPE}/{base}")
         internals.add_control_input(swap_in.op, item.trigger)
+        with graph.as_default(), graph.name_scope(None), tf.device(item.consumers[0].device or None):
+            landed = tf.raw_ops.Snapshot(input=swap_in, name=landing_name(tensor))
         for consumer in item.consumers:
-            _reroute(consumer, tensor, swap_in)
+            _reroute(consumer, tensor, landed)
         for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy
             _reroute(consumer, tensor, swap_out)
             internals.set_op_device(consumer, host_device)
         records.append(SwapRecord(item.candidate, swap_out.op.name, swap_in.op.name, item.trigger.name,
-                                  item.hops, [c.name for c in item.consumers]))
+                                  item.hops, [c.name for c in item.consumers], landed.op.name))
     return records
 
 

@@ -65,21 +65,21 @@ def test_with_lms_the_activation_is_not_held_through_the_middle():
 
 def recomputed_graph():
     """A ReLU recomputed from the BatchNormalization input its gradient keeps: bn -> relu -> conv forward;
-    its clone chain (lms_recompute/relu_0/0 and /1), gated on grad_mid, feeds the convolution's gradient."""
+    its clone chain (bn/lms_recompute_2_0 and relu/lms_recompute_2_1), gated on grad_mid, feeds the convolution's gradient."""
     return [SimpleNamespace(node=[
         node("x", "Conv2D"), node("bn", "Mul", ["x"]), node("relu", "Relu", ["bn"]), node("mid", "Conv2D", ["relu"]),
         node("grad_mid", "Conv2DBackpropInput", ["mid"]),
-        node("StatefulPartitionedCall/lms_recompute/relu_0/0", "Mul", ["x", "^grad_mid"]),
-        node("StatefulPartitionedCall/lms_recompute/relu_0/1", "Relu",
-             ["StatefulPartitionedCall/lms_recompute/relu_0/0", "^grad_mid"]),
-        node("grad_relu", "Conv2DBackpropFilter", ["grad_mid", "StatefulPartitionedCall/lms_recompute/relu_0/1"]),
+        node("bn/lms_recompute_2_0", "Mul", ["x", "^grad_mid"]),
+        node("relu/lms_recompute_2_1", "Relu",
+             ["bn/lms_recompute_2_0", "^grad_mid"]),
+        node("grad_relu", "Conv2DBackpropFilter", ["grad_mid", "relu/lms_recompute_2_1"]),
         node("grad_x", "Mul", ["grad_relu", "x"]),
     ])]
 
 
 RECOMPUTED_SIZES = {"x": 100, "bn": 100, "relu": 100, "mid": 100, "grad_mid": 100, "grad_relu": 10, "grad_x": 10,
-                    "StatefulPartitionedCall/lms_recompute/relu_0/0": 100,
-                    "StatefulPartitionedCall/lms_recompute/relu_0/1": 100}
+                    "bn/lms_recompute_2_0": 100,
+                    "relu/lms_recompute_2_1": 100}
 
 
 def test_undo_recomputes_reads_the_original_and_drops_the_clones():

@@ -51,10 +51,10 @@ def test_densenet121_recompute_only_lowers_its_predicted_peak_a_quarter(devices)
     check_densenet(Case(application("DenseNet121", 64), "sgd", batch=8, steps=2), 0.25, "peak")
 
 
-# Where recompute="only" is not bit-identical: the gradients differ at float rounding, and the difference depends on
-# where the clones are gated (on ResNet50, two recomputes in conv5_block3 give it with lb=1 or 2 and not with 4 or 8;
-# with TF_ENABLE_ONEDNN_OPTS=0, one thread and op determinism too): on the order TensorFlow runs the step's kernels. Why is not found (issue 23). The first
-# step's loss is the same to the bit; the weights after it within this relative tolerance.
+# Where recompute="only" is not bit-identical (docs/lms_modes.md, "Same math"): Grappler rewrites the step otherwise
+# once clones read its tensors (ResNet50: its memory optimizer accumulates one gradient sum in arrival order, and the
+# clones' gates change that order). The first step's loss is the same to the bit; the weights after it within this
+# relative tolerance.
 RECOMPUTE_NOT_BIT_IDENTICAL = {"ResNet50": 1e-6, "MobileNetV2": 1e-6}
 
 

@@ -61,7 +61,9 @@ def test_each_swap_in_waits_for_a_backward_op_lb_ahead_of_its_consumer(lb):
         assert swap_in.device.endswith("CPU:1") and by_name[record.swap_out].device.endswith("CPU:1")
         first_consumer = min(record.consumers, key=lambda name: ops.index(by_name[name]))
         assert data_hops(ops, record.trigger, first_consumer) == record.hops <= lb
-        assert all(any(t is swap_in.outputs[0] for t in by_name[name].inputs) for name in record.consumers)
+        landed = by_name[record.landed]  # the consumers read it on their own device, from the swap-in
+        assert list(landed.inputs) == [swap_in.outputs[0]] and not landed.device.endswith("CPU:1")
+        assert all(any(t is landed.outputs[0] for t in by_name[name].inputs) for name in record.consumers)
         deep_enough += record.hops == lb
     assert deep_enough >= len(records) - 2  # only swaps next to the loss have shorter paths
 

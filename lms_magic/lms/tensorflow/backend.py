@@ -8,7 +8,9 @@ which any subset of the swaps can be undone (``predict.ExecutedStep``): the plan
 differs from the probe, the train function is made again with it (one retrace) and its own executed
 graphs give the figures; where it moves nothing, LMS steps out and the model trains with its own train
 function (XLA too, if it was compiled so). Where the device's capacity is known and the traced step fits
-it, the first step swaps nothing and, if its executed graphs fit too, LMS steps out after it. Grappler
+it, the first step swaps nothing and, if its executed graphs fit too, LMS steps out after it. The checked plan
+is remembered (``lms/memo.py``): a later fit of the same model, options and batch moves its tensors from the first
+step, with no probe, replay or retrace. Grappler
 runs as it would without LMS (the swap ops are of types it leaves in place), so the kernels that run,
 and the math, are those of a plain fit.
 """
@@ -16,14 +18,17 @@ and the math, are those of a plain fit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import tensorflow as tf
 
 from ... import internals
+from ..backend import Action
 from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
+from ..memo import PLANS, RememberedPlan
 from ..options import LmsOptions
 from ..persistent import persistent_tensors
 from . import hybrid as _hybrid
@@ -78,6 +83,10 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._retraces = 0
         self._persistent_tensors = None
         self._cost = None  # the step's StepCost, made after the first step (never while a trace runs)
+        self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
+        self._memo_key = None  # what this fit's plan is remembered under (memo.py)
+        self._remembered: RememberedPlan | None = None  # the plan of an earlier fit, where this fit reuses it
+        self._options = options
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -206,7 +215,7 @@ class TensorFlowBackend(ExecutedStepChecks):
     def _rewrite(self, graph, start: int, data) -> None:
         started = time.perf_counter()
         ops = graph.get_operations()[start:]
-        if self._retrace_swapped(graph, start, data):
+        if self._retrace_swapped(graph, start, data) or self._reuse(graph, ops, data):
             return
         candidates, notes, step, input_bytes, plan, plain = self._traced_plan(ops, data, graph=graph,
                                                                               budget_fallback=True)
@@ -249,6 +258,44 @@ class TensorFlowBackend(ExecutedStepChecks):
             notes.append(_messages.nothing_helps(without.peak_after or "?", plan.peak_bytes, self._optimizer_scope()))
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
+
+    def _reuse(self, graph, ops, data) -> bool:
+        """The first trace of a fit: where an earlier fit of this model checked a plan for the same candidates,
+        options and capacity, its tensors are moved as it moved them, and its stats taken over, with nothing
+        planned, probed or replayed again. Plans checked over several steps (the hybrid plan, the backward
+        order) are made afresh."""
+        if self.stats.records is not None or self._hybrid is not None or self.order_backward:
+            return False
+        batch = self._batch_size(data)
+        candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        self._memo_key = (batch, tuple((item.candidate.tensor, item.candidate.shape) for item in candidates),
+                          repr(dataclasses.replace(self._options, verbose=0)), self.stats.capacity_bytes)
+        remembered = PLANS.recall(self.model, self._own_function, self._memo_key)
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        if remembered is None or not all(name in by_tensor for name in remembered.moved):
+            return False
+        internals.graph_collection_stopped()
+        self._run_metadata = [None]  # no executed graph is read
+        records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
+        self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered
+        kept = {name: getattr(remembered.stats, name) for name in remembered.stats.to_dict() if name != "steps"}
+        self.stats.update(kept, records=records, notes=list(remembered.stats.notes) + [
+            "the plan an earlier fit of this model checked at this batch: nothing planned, probed or replayed again"])
+        return True
+
+    def first_step_done(self) -> Action:
+        """After the first LMS step (and the first after a retrace): the plan checked (``_check_first_step``) and,
+        once it stands, remembered for later fits; where this fit reuses a plan, what that fit ended with."""
+        if self._remembered is not None:
+            remembered, self._remembered = self._remembered, None
+            return Action.STEP_OUT if remembered.stepped_out else Action.KEEP
+        action = self._check_first_step()
+        if action is not Action.RETRACE and self._memo_key is not None and self._retraces < 2:
+            moved = () if action is Action.STEP_OUT else self._chosen.get(self.stats.batch_size, ())
+            PLANS.remember(self.model, self._own_function, self._memo_key,
+                           RememberedPlan(tuple(moved), self.stats, action is Action.STEP_OUT))
+            self._memo_key = None
+        return action
 
     def _trusted_fit(self, plan: Plan | None, batch: int | None) -> bool:
         """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing

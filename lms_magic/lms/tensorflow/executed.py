@@ -20,9 +20,9 @@ from . import predict as _predict
 
 
 class ExecutedStepChecks:
-    """``first_step_done`` and what it calls, for :class:`~lms_magic.lms.tensorflow.backend.TensorFlowBackend`."""
+    """``_check_first_step`` and what it calls, for :class:`~lms_magic.lms.tensorflow.backend.TensorFlowBackend`."""
 
-    def first_step_done(self) -> Action:
+    def _check_first_step(self) -> Action:
         """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
         (once), and the predicted peaks of the plan that runs."""
         if self._retraces == 0 and self._trusted_fit(self._plan, self.stats.batch_size):  # no graph was collected

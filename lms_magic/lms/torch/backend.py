@@ -10,6 +10,9 @@ With ``recompute`` (torch/recompute.py), the first step also notes what each che
 watches the activations it does not offload; the plan recomputes the layers that keep fewer bytes for the
 backward pass at no higher predicted peak (``predict.choose_recomputes``), then offloads (``True``) or not
 (``"only"``: nothing is copied, in the first step either) on the step they make.
+
+The checked plan is remembered (``lms/memo.py``): a later fit of the same model, options and batch shapes offloads
+the plan's activations from its first step, without the probe, or, where nothing moved, trains with no hook at all.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
+from ..memo import PLANS, RememberedPlan
 from ..persistent import persistent_bytes
 from ..options import LmsOptions
 from .offload import OffloadEvent, TorchOffloader
@@ -51,6 +55,9 @@ class TorchBackend:
         self.device, self.lb = str(self.offloader.device), options.lb
         self._reads: list = []  # the first step's backward reads, in order
         self._release_plan = internals.graph_release_plan(model)
+        self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
+        self._memo_key = None  # what this fit's plan is remembered under (memo.py), from the first batch's shapes
+        self._remembered: RememberedPlan | None = None  # an earlier fit's plan, where this fit reuses it
         self._lean = None
         self._recorder, self._recomputed = None, []
         if options.recompute:
@@ -75,7 +82,27 @@ class TorchBackend:
             self._observer(event)
 
     def train_step(self, original):
-        return lambda data: self.offloader.run(original, data)
+        def lms_train_step(data):
+            if self._memo_key is None:
+                self._recall(data)
+            if self._remembered is not None and self._remembered.stepped_out:
+                return original(data)  # nothing moves: no hook
+            return self.offloader.run(original, data)
+
+        return lms_train_step
+
+    def _recall(self, data) -> None:
+        """At the first step: the plan an earlier fit of this model checked for these options and batch shapes,
+        if any (not with ``recompute`` or ``lean_ops``, whose plans need the first step's records)."""
+        import keras
+
+        shapes = tuple(tuple(getattr(leaf, "shape", ())) for leaf in keras.tree.flatten(data))
+        self._memo_key = (shapes, repr(dataclasses.replace(self.options, verbose=0)), self.stats.capacity_bytes)
+        if self.options.recompute or self._lean is not None:
+            return
+        self._remembered = PLANS.recall(self.model, self._own_function, self._memo_key)
+        if self._remembered is not None:  # the plan's activations from the first step: no probe
+            self.offloader.n_tensors = len(self._remembered.moved)
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -90,6 +117,27 @@ class TorchBackend:
             yield
 
     def first_step_done(self) -> Action:
+        """After the first step: the plan made on its saved activations (or an earlier fit's taken over), and
+        remembered for later fits."""
+        if self._remembered is not None:
+            return self._reused()
+        action = self._plan_first_step()
+        if self._memo_key is not None and self.stats.active and not self.options.recompute and self._lean is None \
+                and self.offloader.n_tensors != -1:  # (-1: the budget was out of reach, the probe's swaps stand)
+            moved = tuple(row["tensor"] for row in self.stats.plan if row["action"] == "swap")
+            PLANS.remember(self.model, self._own_function, self._memo_key,
+                           RememberedPlan(moved, self.stats, action is Action.STEP_OUT))
+        return action
+
+    def _reused(self) -> Action:
+        remembered = self._remembered
+        kept = {name: getattr(remembered.stats, name) for name in remembered.stats.to_dict() if name != "steps"}
+        self.stats.update(kept, notes=list(remembered.stats.notes) + [
+            "the plan an earlier fit of this model checked for these batch shapes: no activation was probed"
+            + (", and no hook was installed" if remembered.stepped_out else "")])
+        return Action.STEP_OUT if remembered.stepped_out else Action.KEEP
+
+    def _plan_first_step(self) -> Action:
         found = self.offloader.stats()
         found["notes"] = self.stats.notes + found["notes"]
         self.stats.update(found)

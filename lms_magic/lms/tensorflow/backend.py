@@ -87,6 +87,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._memo_key = None  # what this fit's plan is remembered under (memo.py)
         self._remembered: RememberedPlan | None = None  # the plan of an earlier fit, where this fit reuses it
         self._options = options
+        self._found = None  # the first trace's candidates and notes, kept by _reuse for _traced_plan
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -162,7 +163,10 @@ class TensorFlowBackend(ExecutedStepChecks):
         where the budget is out of reach, the lowest peak with a note). Returns the candidates, notes, the step
         planned on, its input bytes, the plan and the step as Keras traced it."""
         batch = self._batch_size(data)
-        candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        found, self._found = self._found, None  # the first trace's candidates, found once (_reuse)
+        candidates, notes = found[1] if found is not None and found[0] == (ops[0].name, len(ops), batch) else \
+            _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        notes = list(notes)
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
         step = plain = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
         if graph is not None and batch is not None and self.order_backward:
@@ -175,7 +179,8 @@ class TensorFlowBackend(ExecutedStepChecks):
         notes += _messages.batch_notes(batch, self.stats.batch_size_source)
         started = time.perf_counter()
         try:
-            plan = self._search(candidates, step.predicted_transient_peak)
+            plan = self._probe_plan(candidates, step) if self._probes_first(graph) else \
+                self._search(candidates, step.predicted_transient_peak)
         except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
             if not budget_fallback:
                 raise
@@ -184,6 +189,23 @@ class TensorFlowBackend(ExecutedStepChecks):
                          "predicted peak is used there")
         self.stats.update(planning_s=time.perf_counter() - started)
         return candidates, notes, step, input_bytes, plan, plain
+
+    def _probes_first(self, graph) -> bool:
+        """Whether the first step will probe whatever a plan on the traced graph says: the lowest-peak rule (no
+        budget, no capacity), planned on the executed graphs. Then the traced graph is not searched."""
+        return (graph is not None and self.stats.records is None and self.budget_bytes is None
+                and self.stats.capacity_bytes is None and self.selection.n_tensors is PLANNED
+                and self.stats.batch_size is not None and self.recompute != "only")
+
+    def _probe_plan(self, candidates, step) -> Plan:
+        """The probe as a plan: every eligible candidate, its peak predicted on the traced graph (the lowest-peak
+        rule's plan is made on the graphs the probe executes)."""
+        eligible = tuple(self.selection.eligible(item.candidate for item in candidates))
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        persistent = self._persistent_bytes()
+        return Plan(eligible, Rule.LOWEST_PEAK,
+                    persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in eligible]),
+                    persistent + step.predicted_transient_peak([]), plans_tried=2)
 
     def _order_backward(self, graph, ops, step, candidates):
         """The step and candidates with the backward pass one layer's gradient at a time (ordering.py), where
@@ -267,7 +289,8 @@ class TensorFlowBackend(ExecutedStepChecks):
         if self.stats.records is not None or self._hybrid is not None or self.order_backward:
             return False
         batch = self._batch_size(data)
-        candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        self._found = ((ops[0].name, len(ops), batch), (candidates, notes)) if ops else None
         self._memo_key = (batch, tuple((item.candidate.tensor, item.candidate.shape) for item in candidates),
                           repr(dataclasses.replace(self._options, verbose=0)), self.stats.capacity_bytes)
         remembered = PLANS.recall(self.model, self._own_function, self._memo_key)

@@ -47,7 +47,8 @@ test-all: $(STAMP) browser
 
 # What depends on the TensorFlow / Keras version (the rewrite, the backend, the callback, the magics, one real
 # model), run again by test-oldest and test-colab; the pure modules and the rest run once, in make test.
-ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_architecture[resnet-sgd]'
+ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_architecture[resnet-sgd]' \
+	'tests/lms/tensorflow/test_same_math.py::test_every_lms_plan_trains_bit_identically_to_a_reproducible_plain_fit[transformer-adam]'
 VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tests/lms/tensorflow/test_backend.py \
 	tests/lms/tensorflow/test_predict.py tests/lms/tensorflow/test_recompute.py tests/lms/tensorflow/test_hybrid.py \
 	tests/lms/tensorflow/test_lean.py tests/lms/tensorflow/test_order.py \

@@ -5,7 +5,7 @@ the other tests run with oneDNN on. Here oneDNN is off and ``enable_op_determini
 to the bit and any difference LMS makes is LMS's own. Prints one JSON object: for the second plain fit and each LMS
 plan, whether its per-step losses and final weights equal the first plain fit's, to the bit, and what the plan moved.
 
-    python -m tests.lms.tensorflow.same_math transformer adam
+    python -m tests.lms.tensorflow.same_math transformer-adam
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import os
 import sys
 
 # Each LMS plan as a user would ask for it; every tensor size eligible (at 32x32 and batch 4 most activations are
-# below the default 64 KiB floor).
+# below the default 64 KiB floor). The hybrid plan's bit-identity is test_hybrid.py's, and the benchmark's
+# (benchmarks/lms_same_math.py).
 PLANS = {
     "swap every candidate": dict(n_tensors=-1),
     "recompute only": dict(n_tensors=-1, recompute="only"),
-    "hybrid": dict(n_tensors=-1, recompute=True),
 }
 
 
-def main(name: str, optimizer: str) -> dict:
+def main(case_id: str) -> dict:
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -34,13 +34,14 @@ def main(name: str, optimizer: str) -> dict:
 
     from lms_magic import LMS
     from tests.conftest import DEVICES
-    from tests.lms.tensorflow.test_real_models import QUICK
+    from tests.lms.tensorflow.test_real_models import FULL, QUICK
 
-    case = next(case for case in QUICK if case.name == name and case.optimizer == optimizer)
+    case = next(case for case in QUICK + FULL if case.id == case_id)
     _, plain_losses, (_, plain_weights) = case.fit()
 
     def same(losses, weights) -> dict:
-        return {"losses": losses == plain_losses, "weights": bool(np.array_equal(weights, plain_weights)),
+        return {"losses": losses == plain_losses, "first_loss": losses[:1] == plain_losses[:1],
+                "weights": bool(np.array_equal(weights, plain_weights)),
                 "max_weight_difference": float(np.max(np.abs(weights - plain_weights)))}
 
     _, losses, (_, weights) = case.fit()
@@ -57,4 +58,4 @@ def main(name: str, optimizer: str) -> dict:
 if __name__ == "__main__":  # set before TensorFlow is imported (importing this module sets nothing)
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    print(json.dumps(main(*sys.argv[1:3])))
+    print(json.dumps(main(sys.argv[1])))

@@ -391,6 +391,27 @@ def test_where_the_step_fits_the_device_without_room_the_executed_graphs_check_i
     assert_same_training(fit_reference(), (model, history))
 
 
+def test_where_the_first_fit_stepped_out_the_second_steps_out_after_one_step_unprobed(accelerator_memory,
+                                                                                     reference_peaks, monkeypatch):
+    """A step that fits the device, above TRUSTED_FIT of it: the first fit checks its executed graphs and steps out;
+    the second steps out after its first step, with nothing probed, replayed or planned."""
+    from lms_magic.lms.core.plan import TRUSTED_FIT
+
+    plain_peak, _ = reference_peaks
+    accelerator_memory(capacity_for(int(plain_peak / TRUSTED_FIT * 0.95)))
+    model, (x, y) = models.reference_cnn_small(), models.images(64, 32)
+    first, second = LMS(verbose=0), LMS(verbose=0)
+    model.fit(x, y, batch_size=16, verbose=0, callbacks=[first])
+    searches, search = [], TensorFlowBackend._search
+    monkeypatch.setattr(TensorFlowBackend, "_search",
+                        lambda self, *args, **kw: searches.append(1) or search(self, *args, **kw))
+    model.fit(x, y, batch_size=16, verbose=0, callbacks=[second])
+    assert first.stats.steps == second.stats.steps == 1 and second.stats.swapped_tensors == 0
+    assert not searches and second.stats.partition_graphs is None
+    assert any("the plan an earlier fit of this model checked" in note for note in second.stats.notes)
+    assert any("nothing moves from the second step on" in note for note in second.stats.notes)
+
+
 def test_where_it_does_not_the_fewest_bytes_that_fit_move(accelerator_memory, reference_peaks):
     plain_peak, all_swapped_peak = reference_peaks
     usable = (plain_peak + all_swapped_peak) // 2

@@ -12,7 +12,6 @@ import pytest
 from lms_magic import LMS
 from lms_magic.lms.tensorflow import backend as tensorflow_backend
 from tests import models
-from tests.lms.tensorflow.test_backend import accelerator_memory, capacity_for, reference_peaks  # noqa: F401 (fixtures)
 
 REUSED = "the plan an earlier fit of this model checked at this batch"
 
@@ -77,21 +76,3 @@ def test_a_plan_is_made_again_when_what_it_depends_on_changes(devices, searches,
     fit(model, second, batch_size=batch_size)
     assert searches and not any(REUSED in note for note in second.stats.notes)
 
-
-def test_where_the_first_fit_stepped_out_the_second_steps_out_after_one_step_unprobed(accelerator_memory,
-                                                                                     reference_peaks, searches):
-    """A step that fits the device, above TRUSTED_FIT of it: the first fit checks its executed graphs and steps out;
-    the second steps out after its first step, with nothing probed, replayed or planned."""
-    from lms_magic.lms.core.plan import TRUSTED_FIT
-
-    plain_peak, _ = reference_peaks
-    accelerator_memory(capacity_for(int(plain_peak / TRUSTED_FIT * 0.95)))
-    model, (x, y) = models.reference_cnn_small(), models.images(64, 32)
-    first, second = LMS(verbose=0), LMS(verbose=0)
-    model.fit(x, y, batch_size=16, verbose=0, callbacks=[first])
-    searches.clear()
-    model.fit(x, y, batch_size=16, verbose=0, callbacks=[second])
-    assert first.stats.steps == second.stats.steps == 1 and second.stats.swapped_tensors == 0
-    assert not searches and second.stats.partition_graphs is None
-    assert any(REUSED in note for note in second.stats.notes)
-    assert any("nothing moves from the second step on" in note for note in second.stats.notes)

@@ -7,10 +7,9 @@ MBConv blocks, one block each) and a Transformer; 32x32 images (the smallest the
 Which model shows what:
 
 - every one: the default plan is never predicted above no LMS, and its peak is explained (phase, op,
-  bytes by kind adding up, the largest tensors); with every candidate swapped the losses and weights
-  are bit-identical to a plain fit (two steps, so the optimizer's state is read back too);
-- the Transformer (GELU) and MobileNetV3Small (hard-swish, trained whole in ``make test-all`` only): their
-  gradients multiply by constants, which Grappler regroups only as the swaps let it (docs/lms.md, "Same math");
+  bytes by kind adding up, the largest tensors); every candidate can be swapped. That the losses and weights
+  are those of a plain fit, to the bit, test_same_math.py checks on the same cases, with TensorFlow made
+  reproducible (two steps, so the optimizer's state is read back too);
 - SGD with momentum on ResNet and DenseNet, Adam on EfficientNet and the Transformer.
 
 ``make test-all`` (marker ``release``) trains the full-size keras.applications models (MobileNetV2,
@@ -139,35 +138,24 @@ CASES = [pytest.param(case, id=case.id) for case in QUICK] + \
         [pytest.param(case, id="full-" + case.id, marks=pytest.mark.release) for case in FULL]
 
 
-def train_three_ways(case: Case) -> dict:
-    """The case trained plainly, with every candidate swapped, and with the default plan."""
+def train_two_ways(case: Case) -> dict:
+    """The case trained with every candidate swapped, and with the default plan. (Whether either changes the math
+    is test_same_math.py's to check, with TensorFlow made reproducible: here a plain fit would be one sample of
+    TensorFlow's own run-to-run spread.)"""
     swap_all = LMS(device=DEVICES.accelerator, host_device=DEVICES.host, verbose=0, n_tensors=-1, min_bytes=0)
     # the default plan, every tensor size eligible as in swap_all (at 32x32 and batch 4 most activations are below
     # the default 64 KiB floor)
     default = LMS(device=DEVICES.accelerator, host_device=DEVICES.host, verbose=0, min_bytes=0)
     model, _, _ = case.fit(default, steps=2)  # the second step runs the plan made on the executed graphs
-    _, swapped_losses, swapped_weights = case.fit(swap_all)
-    return {"case": case, "plain": case.fit()[1:], "swap_all": (swap_all.stats, swapped_losses, swapped_weights),
-            "default": (default.stats, model)}
+    case.fit(swap_all)
+    assert swap_all.stats.swapped_tensors == swap_all.stats.candidates > 0 and swap_all.stats.steps == case.steps
+    return {"case": case, "swap_all": (swap_all.stats,), "default": (default.stats, model)}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_lms_on_a_real_architecture(case, devices):
-    """One test a case, so that its three fits are made once (make test runs the tests in parallel)."""
-    trained = train_three_ways(case)
-    check_lms_trains_as_without_it(trained)
-    check_the_default_plan_is_never_worse_than_no_lms(trained)
-
-
-def check_lms_trains_as_without_it(trained):
-    """Every candidate swapped: the same losses and weights as a plain fit, to the bit (test_same_math.py checks it
-    with TensorFlow made reproducible as well)."""
-    case = trained["case"]
-    plain_losses, (_, plain_last) = trained["plain"]
-    stats, lms_losses, (_, lms_last) = trained["swap_all"]
-    assert stats.swapped_tensors == stats.candidates > 0 and stats.steps == case.steps
-    assert lms_losses == plain_losses
-    assert np.array_equal(plain_last, lms_last)
+    """One test a case, so that its fits are made once (make test runs the tests in parallel)."""
+    check_the_default_plan_is_never_worse_than_no_lms(train_two_ways(case))
 
 
 def check_the_default_plan_is_never_worse_than_no_lms(trained):

@@ -53,8 +53,8 @@ def test_densenet121_recompute_only_lowers_its_predicted_peak_a_quarter(devices)
 
 # Where recompute="only" is not bit-identical (docs/lms_modes.md, "Same math"): Grappler rewrites the step otherwise
 # once clones read its tensors (ResNet50: its memory optimizer accumulates one gradient sum in arrival order, in the
-# recomputing step only; MobileNetV2: not traced). The first step's loss is the same to the bit; the weights after
-# it within this relative tolerance.
+# recomputing step only; MobileNetV2: its arithmetic optimizer regroups the recomputed residual sums apart from the
+# forward pass's). The first step's loss is the same to the bit; the weights after it within this relative tolerance.
 RECOMPUTE_NOT_BIT_IDENTICAL = {"ResNet50": 1e-6, "MobileNetV2": 1e-6}
 
 

@@ -302,7 +302,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
         self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered
         kept = {name: getattr(remembered.stats, name) for name in remembered.stats.to_dict() if name != "steps"}
-        self.stats.update(kept, records=records, notes=list(remembered.stats.notes) + [
+        self.stats.update(kept, records=records, planning_s=0.0, plans_tried=0, notes=list(remembered.stats.notes) + [
             "the plan an earlier fit of this model checked at this batch: nothing planned, probed or replayed again"])
         return True
 

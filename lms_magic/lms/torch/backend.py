@@ -130,8 +130,12 @@ class TorchBackend:
         return action
 
     def _reused(self) -> Action:
+        """An earlier fit's plan taken over: its figures, with this fit's own pinned memory where it offloads."""
         remembered = self._remembered
         kept = {name: getattr(remembered.stats, name) for name in remembered.stats.to_dict() if name != "steps"}
+        if not remembered.stepped_out:
+            found = self.offloader.stats()
+            kept.update({name: found[name] for name in ("pinned", "pinned_pool_bytes", "pinned_allocations")})
         self.stats.update(kept, notes=list(remembered.stats.notes) + [
             "the plan an earlier fit of this model checked for these batch shapes: no activation was probed"
             + (", and no hook was installed" if remembered.stepped_out else "")])

@@ -48,6 +48,7 @@ def test_a_second_fit_reuses_the_checked_plan_and_trains_as_the_first(devices, s
     second = default_plan(devices)
     history = fit(model, second)
     assert not searches and second.stats.partition_graphs is None  # nothing planned, nothing replayed
+    assert second.stats.plans_tried == 0 and first.stats.plans_tried > 0
     assert any(REUSED in note for note in second.stats.notes)
     assert [row["tensor"] for row in second.stats.plan] == [row["tensor"] for row in first.stats.plan]
     assert second.stats.device_peak_bytes == first.stats.device_peak_bytes

@@ -8,8 +8,9 @@ Which model shows what:
 
 - every one: the default plan is never predicted above no LMS, and its peak is explained (phase, op,
   bytes by kind adding up, the largest tensors); every candidate can be swapped. That the losses and weights
-  are those of a plain fit, to the bit, test_same_math.py checks on the same cases, with TensorFlow made
-  reproducible (two steps, so the optimizer's state is read back too);
+  are those of a plain fit, to the bit, test_same_math.py checks on the same cases (the Transformer in ``make
+  test``, the others in ``make test-all``), with TensorFlow made reproducible (two steps, so the optimizer's state
+  is read back too);
 - SGD with momentum on ResNet and DenseNet, Adam on EfficientNet and the Transformer.
 
 ``make test-all`` (marker ``release``) trains the full-size keras.applications models (MobileNetV2,

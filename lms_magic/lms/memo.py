@@ -11,6 +11,7 @@ stepped out. No framework is imported here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import weakref
 from dataclasses import dataclass
 from typing import Hashable
@@ -26,6 +27,20 @@ class RememberedPlan:
     moved: tuple[str, ...]
     stats: LmsStats
     stepped_out: bool
+
+    def taken_over(self, stats: LmsStats, note: str, **figures) -> None:
+        """Fills a reusing fit's ``stats`` with this plan's (its own ``steps`` kept, ``figures`` over them), and a
+        note that says the plan was reused: "the plan an earlier fit of this model checked " + ``note``.
+
+        Example:
+            >>> stats = LmsStats(steps=1)
+            >>> RememberedPlan((), LmsStats(swapped_tensors=3, steps=9), False).taken_over(stats, "at this batch")
+            >>> stats.swapped_tensors, stats.steps, stats.notes
+            (3, 1, ['the plan an earlier fit of this model checked at this batch'])
+        """
+        kept = {name: getattr(self.stats, name) for name in self.stats.to_dict() if name != "steps"}
+        stats.update({**kept, **figures}, notes=list(self.stats.notes) + [
+            f"the plan an earlier fit of this model checked {note}"])
 
 
 class PlanMemo:
@@ -67,9 +82,6 @@ class PlanMemo:
         stats.update(partition_graphs=None, records=None, plan=list(stats.plan), notes=list(stats.notes))
         entry[1][key] = RememberedPlan(tuple(plan.moved), stats, plan.stepped_out)
 
-    def forget(self, model) -> None:
-        self._plans.pop(model, None)
-
 
 class _Identity:
     """Names one object without keeping it alive (weakly where it can be, else by ``id``)."""
@@ -82,6 +94,11 @@ class _Identity:
 
     def names(self, thing) -> bool:
         return self._ref() is thing if self._ref is not None else self._id == id(thing)
+
+
+def options_key(options) -> str:
+    """What of the options a plan depends on, as a key: every one but ``verbose``."""
+    return repr(dataclasses.replace(options, verbose=0))
 
 
 PLANS = PlanMemo()  # the process's memo, shared by every LMS callback

@@ -18,7 +18,6 @@ and the math, are those of a plain fit.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 
 import tensorflow as tf
@@ -28,7 +27,7 @@ from ..backend import Action
 from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
-from ..memo import PLANS, RememberedPlan
+from ..memo import PLANS, RememberedPlan, options_key
 from ..options import LmsOptions
 from ..persistent import persistent_tensors
 from . import hybrid as _hybrid
@@ -86,7 +85,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
         self._memo_key = None  # what this fit's plan is remembered under (memo.py)
         self._remembered: RememberedPlan | None = None  # the plan of an earlier fit, where this fit reuses it
-        self._options = options
+        self._options_key = options_key(options)  # what of the options the remembered plan depends on
         self._found = None  # the first trace's candidates and notes, kept by _reuse for _traced_plan
 
     @contextlib.contextmanager
@@ -292,7 +291,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         self._found = ((ops[0].name, len(ops), batch), (candidates, notes)) if ops else None
         self._memo_key = (batch, tuple((item.candidate.tensor, item.candidate.shape) for item in candidates),
-                          repr(dataclasses.replace(self._options, verbose=0)), self.stats.capacity_bytes)
+                          self._options_key, self.stats.capacity_bytes)
         remembered = PLANS.recall(self.model, self._own_function, self._memo_key)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if remembered is None or not all(name in by_tensor for name in remembered.moved):
@@ -301,9 +300,8 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._run_metadata = [None]  # no executed graph is read
         records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
         self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered
-        kept = {name: getattr(remembered.stats, name) for name in remembered.stats.to_dict() if name != "steps"}
-        self.stats.update(kept, records=records, planning_s=0.0, plans_tried=0, notes=list(remembered.stats.notes) + [
-            "the plan an earlier fit of this model checked at this batch: nothing planned, probed or replayed again"])
+        remembered.taken_over(self.stats, "at this batch: nothing planned, probed or replayed again",
+                              records=records, planning_s=0.0, plans_tried=0)
         return True
 
     def first_step_done(self) -> Action:

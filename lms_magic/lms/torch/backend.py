@@ -27,7 +27,7 @@ from ..backend import Action
 from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
-from ..memo import PLANS, RememberedPlan
+from ..memo import PLANS, RememberedPlan, options_key
 from ..persistent import persistent_bytes
 from ..options import LmsOptions
 from .offload import OffloadEvent, TorchOffloader
@@ -97,7 +97,7 @@ class TorchBackend:
         import keras
 
         shapes = tuple(tuple(getattr(leaf, "shape", ())) for leaf in keras.tree.flatten(data))
-        self._memo_key = (shapes, repr(dataclasses.replace(self.options, verbose=0)), self.stats.capacity_bytes)
+        self._memo_key = (shapes, options_key(self.options), self.stats.capacity_bytes)
         if self.options.recompute or self._lean is not None:
             return
         self._remembered = PLANS.recall(self.model, self._own_function, self._memo_key)
@@ -131,14 +131,12 @@ class TorchBackend:
 
     def _reused(self) -> Action:
         """An earlier fit's plan taken over: its figures, with this fit's own pinned memory where it offloads."""
-        remembered = self._remembered
-        kept = {name: getattr(remembered.stats, name) for name in remembered.stats.to_dict() if name != "steps"}
+        remembered, figures = self._remembered, {}
         if not remembered.stepped_out:
             found = self.offloader.stats()
-            kept.update({name: found[name] for name in ("pinned", "pinned_pool_bytes", "pinned_allocations")})
-        self.stats.update(kept, notes=list(remembered.stats.notes) + [
-            "the plan an earlier fit of this model checked for these batch shapes: no activation was probed"
-            + (", and no hook was installed" if remembered.stepped_out else "")])
+            figures = {name: found[name] for name in ("pinned", "pinned_pool_bytes", "pinned_allocations")}
+        remembered.taken_over(self.stats, "for these batch shapes: no activation was probed"
+                              + (", and no hook was installed" if remembered.stepped_out else ""), **figures)
         return Action.STEP_OUT if remembered.stepped_out else Action.KEEP
 
     def _plan_first_step(self) -> Action:

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import heapq
 from dataclasses import dataclass, field
@@ -138,6 +139,54 @@ def _execution_order(nodes: list[Node]) -> list[Node]:
         stuck = next(name for name, count in waiting.items() if count > 0)
         raise GraphCycleError(f"the graph has a cycle through {stuck!r}")
     return order
+
+
+STEP_START = 10.0**12  # how far before every program position a node that is ready from the start runs
+_JUST_AFTER = 1e-6  # how far after its latest input a node that runs as soon as it is ready runs
+
+
+def as_soon_as_ready(nodes: list[Node], step_inputs: set[str], after: float | None = None) -> list[Node]:
+    """``nodes`` where a dataflow executor runs them: as soon as their inputs are ready, not in program order.
+
+    The replay runs the lowest program position among the ready nodes, which is how the forward and backward
+    passes run. Two kinds of ops an executor runs earlier: those that no step input reaches (by data or
+    control edges), which depend only on the weights and the optimizer state (SGD's ``momentum * velocity``, a
+    weight cast to float16), run at the step's start and are held until their readers run; and those placed
+    after program position ``after`` (the optimizer's updates), each run right after its latest input, so that
+    a weight's gradient is applied, and freed, while the backward pass goes on.
+
+    Example:
+        >>> nodes = [Node("x", (100,)), Node("y", (100,), (("x", 0),), priority=1), Node("v", (0,)),
+        ...          Node("dy", (30,), (("y", 0),), priority=2), Node("dx", (100,), (("dy", 0), ("x", 0)), priority=3),
+        ...          Node("momentum", (40,), (("v", 0),), priority=4),
+        ...          Node("update", (40,), (("momentum", 0), ("dy", 0)), priority=5)]
+        >>> [node.name for node in execution_order(as_soon_as_ready(nodes, {"x"}, after=3))]
+        ['v', 'momentum', 'x', 'y', 'dy', 'update', 'dx']
+        >>> replay(nodes).peak_bytes, replay(as_soon_as_ready(nodes, {"x"}, after=3)).peak_bytes
+        (230, 270)
+    """
+    users: dict[str, list[str]] = {}
+    for node in nodes:
+        for source in {name for name, _ in node.inputs} | set(node.control_inputs):
+            users.setdefault(source, []).append(node.name)
+    reached, frontier = set(step_inputs), list(step_inputs)
+    while frontier:
+        for user in users.get(frontier.pop(), ()):
+            if user not in reached:
+                reached.add(user)
+                frontier.append(user)
+    moved = [node if node.name in reached else dataclasses.replace(node, priority=node.priority - STEP_START)
+             for node in nodes]
+    if after is None:
+        return moved
+    priority = {node.name: node.priority for node in moved}
+    for node in execution_order(moved):  # a node's inputs are placed before it
+        if node.priority > after:
+            sources = [name for name, _ in node.inputs] + list(node.control_inputs)
+            priority[node.name] = max((priority[name] for name in sources if name in priority),
+                                      default=node.priority) + _JUST_AFTER
+    return [node if priority[node.name] == node.priority else dataclasses.replace(node, priority=priority[node.name])
+            for node in moved]
 
 
 def replay(nodes: list[Node], persistent_bytes: int = 0, explain: bool = False) -> Replay:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from ..core.simulate import Node, collector_paused, execution_order
+from ..core.simulate import Node, as_soon_as_ready, collector_paused, execution_order
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, SHAPE_OPS, SWAP_OPS, is_recompute_op, is_swap_op,
                     op_name_in_step)
 
@@ -32,7 +32,7 @@ def _tensor_name(node) -> str:
 def nodes_from_partitions(partition_graphs: Iterable, device: str,
                           size_of: Callable[[str, str, int], int | None],
                           priority_of: Callable[[str], float | None],
-                          undo_swaps: bool = False) -> tuple[list[Node], list[str]]:
+                          undo_swaps: bool = False, optimizer_after: float | None = None) -> tuple[list[Node], list[str]]:
     """Builds replay nodes from partition graphs.
 
     Args:
@@ -45,15 +45,17 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
         undo_swaps: predict the graph without LMS: consumers of a swapped-in
             or recomputed tensor read the original device tensor, and the
             copies and clones disappear.
+        optimizer_after: the program position after which the optimizer's updates come (they run as soon as
+            their gradient is ready: ``core.simulate.as_soon_as_ready``), or None.
 
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
     """
     with collector_paused():
-        return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps)
+        return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after)
 
 
-def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps):
+def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after):
     index = _PartitionIndex(partition_graphs, device)
     graph_nodes, sends, by_name, on_device = index.nodes, index.sends, index.by_name, index.on_device
     resolve, swapped_origin = index.resolve, index.swapped_origin
@@ -136,7 +138,19 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
                           -1.0 if priority is None else priority, node.op in FORWARDING_OPS))
     nodes = _fill_unknown_sizes(nodes, unknown)
     _propagate_priorities(nodes)
-    return nodes, unknown
+    step_inputs = {node.name for node in graph_nodes if node.name not in removed and _is_step_input(node)}
+    return as_soon_as_ready(nodes, step_inputs, optimizer_after), unknown
+
+
+_RESOURCE = 20  # DT_RESOURCE: a variable's (or an iterator's) handle, not the step's data
+
+
+def _is_step_input(node) -> bool:
+    """Whether an executed node yields the step's data: the iterator's next batch, or a function argument that is
+    not a handle."""
+    if node.op in ("IteratorGetNext", "IteratorGetNextSync", "OptionalGetValue"):
+        return True
+    return node.op in ("_Arg", "_DeviceArg") and "T" in node.attr and node.attr["T"].type != _RESOURCE
 
 
 class _PartitionIndex:

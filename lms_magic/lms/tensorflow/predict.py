@@ -13,7 +13,7 @@ import dataclasses
 import tensorflow as tf
 
 from ..core.peak import LiveTensor, explain_peak
-from ..core.simulate import Node, Swap, collector_paused, replay, with_swaps
+from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay, with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
                     is_recompute_op,
                     is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
@@ -78,6 +78,8 @@ class TracedStep:
         self._by_name = {op.name: op for op in self.ops}
         self._position = {op.name: index for index, op in enumerate(self.ops)}
         self._nodes: list[Node] | None = None
+        # the optimizer's ops come after the backward pass's last op in program order
+        self.optimizer_after = max((index for index, op in enumerate(self.ops) if is_backward(op.name)), default=None)
         self._join_priority: dict[str, float] | None = None
 
     def nodes(self) -> list[Node]:
@@ -98,7 +100,9 @@ class TracedStep:
                               alias_input=(-1 if op.type == "IdentityN" else 0) if op.type in ALIASING_OPS
                               and op.inputs else None, priority=index,
                               forwards_input=op.type in FORWARDING_OPS))
-        return _joins_when_ready(_recomputes_just_in_time(nodes))
+        step_inputs = {op.name for op in self.ops if op.type in INPUT_OPS or op.type == "Placeholder"
+                       and op.outputs and op.outputs[0].dtype != tf.resource}
+        return as_soon_as_ready(_joins_when_ready(_recomputes_just_in_time(nodes)), step_inputs, self.optimizer_after)
 
     def predicted_transient_peak(self, swaps: list[TensorCandidate] = ()) -> int:
         """Device memory the step allocates at its peak, beyond what it holds before."""
@@ -214,7 +218,8 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
 
     explained, unknown_count = [], 0
     for undo in (False, True):
-        nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo)
+        nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
+                                                optimizer_after=step.optimizer_after)
         nodes = _recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
@@ -235,7 +240,8 @@ class ExecutedStep:
 
     def __init__(self, partitions, device: str, traced: TracedStep):
         suffix = device_suffix(device)
-        self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of)
+        self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
+                                                          optimizer_after=traced.optimizer_after)
         self.nodes = _recomputes_just_in_time(self.nodes)
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
         self._host_ops: dict[str, str] = {}  # that swap name -> the host swap-in op (gated on the trigger)

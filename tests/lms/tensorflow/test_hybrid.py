@@ -54,9 +54,14 @@ def test_the_hybrid_plan_recomputes_part_of_the_default_plan_and_swaps_less_at_t
     assert any(note.startswith("the hybrid plan: ") for note in stats.notes), stats.notes
 
 
-def test_where_the_recomputes_would_raise_the_peak_the_fit_goes_back_to_swaps_alone(devices):
-    """Every candidate moved (n_tensors=-1): the recomputes chosen on the first step's graphs raise the peak the
-    second step's graphs predict, so the third step swaps alone, and the peak is that of swaps alone."""
+def test_where_the_recomputes_would_raise_the_peak_the_fit_goes_back_to_swaps_alone(devices, monkeypatch):
+    """Every candidate moved (n_tensors=-1): where the second step's graphs predict a peak above swaps alone with
+    the recomputes chosen on the first step's, the third step swaps alone, and the peak is that of swaps alone.
+    The check is made to see a raise (its tolerance below zero): since the replay runs the optimizer's updates
+    as soon as their gradients are ready, no test model's recomputes raise the peak by themselves."""
+    from lms_magic.lms.tensorflow import hybrid
+
+    monkeypatch.setattr(hybrid, "PEAK_TOLERANCE", -0.5)
     plain_losses, plain_weights = plain_fit(models.residual_bn_dropout)
     _, _, swaps = fit(models.residual_bn_dropout, False, n_tensors=-1)
     losses, weights, stats = fit(models.residual_bn_dropout, True, n_tensors=-1)

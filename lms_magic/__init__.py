@@ -37,6 +37,7 @@ _PUBLIC = {
     "predict_step": "lms_magic.lms.tensorflow.probe",
     "autotune": "lms_magic.tuning",
     "TuningSession": "lms_magic.tuning",
+    "explain_fit": "lms_magic.tuning.explain",
     "simulate_accelerator": "lms_magic.lms.devices",
     "memory_timeline_figure": "lms_magic.ui.plots",
     "save_html": "lms_magic.ui.report_html",
@@ -71,6 +72,12 @@ def _fit_result_html(result) -> str:
     return fit_result_html(result)
 
 
+def _explanation_html(found) -> str:
+    from .ui.explain_html import explanation_html
+
+    return explanation_html(found)
+
+
 def _render_results_as_html(shell) -> None:
     """Makes a notebook show a ``MemoryReport`` and an ``LmsFitResult`` as HTML tables (the UI's).
 
@@ -80,6 +87,7 @@ def _render_results_as_html(shell) -> None:
     formatter = shell.display_formatter.formatters["text/html"]
     formatter.for_type_by_name("lms_magic.memory.report", "MemoryReport", _memory_report_html)
     formatter.for_type_by_name("lms_magic.fit.results", "LmsFitResult", _fit_result_html)
+    formatter.for_type_by_name("lms_magic.tuning.explain", "FitExplanation", _explanation_html)
 
 
 if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None:

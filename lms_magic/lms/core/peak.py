@@ -17,6 +17,8 @@ Example:
     (400, 404, 400)
     >>> peak["bytes"] == sum(peak["by_kind"].values())
     True
+    >>> peak["layers"]  # the step's own tensors, by the layer that made them
+    [{'layer': 'dense', 'bytes': 804}]
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
 
     Returns:
         ``{"phase", "op", "bytes", "by_kind": {kind: bytes}, "top": [{"name", "layer", "shape", "bytes",
-        "kind"}, ...], "timeline": [bytes, ...]}``, the kinds in ``KINDS`` order and adding up to ``bytes``;
+        "kind"}, ...], "timeline": [bytes, ...], "layers": [{"layer", "bytes"}, ...]}``, the kinds in ``KINDS``
+        order and adding up to ``bytes``; ``layers`` the ``top`` layers holding the most of the step's own
+        tensors (activations, gradients: the weights and optimizer state apart), largest first;
         ``timeline`` the device memory through the step (:func:`step_timeline`), its largest value ``bytes``.
     """
     if result.live_at_peak is None:
@@ -85,11 +89,16 @@ def explain_peak(result, describe: Callable[[tuple[str, int]], LiveTensor], pers
     for tensor in tensors:
         by_kind[tensor.kind if tensor.kind in by_kind else "other"] += tensor.nbytes
     largest = sorted(tensors, key=lambda t: t.nbytes, reverse=True)[:top]
+    held_by_layer: dict[str, int] = {}  # the step's own tensors (not the weights and optimizer state) per layer
+    for tensor in tensors[len(persistent):]:
+        held_by_layer[tensor.layer] = held_by_layer.get(tensor.layer, 0) + tensor.nbytes
+    layers = sorted(held_by_layer.items(), key=lambda item: -item[1])[:top]
     total = sum(by_kind.values())
     held_apart = total - result.peak_bytes  # the persistent tensors, where the replay did not count them
     timeline = step_timeline(result.live_bytes, held_apart) if result.live_bytes else []
     return {"phase": phase, "op": op, "bytes": total, "by_kind": by_kind,
-            "top": [tensor.row() for tensor in largest], "timeline": timeline}
+            "top": [tensor.row() for tensor in largest], "timeline": timeline,
+            "layers": [{"layer": layer or "(no layer)", "bytes": nbytes} for layer, nbytes in layers if nbytes]}
 
 
 def format_peak(peak: dict) -> str:

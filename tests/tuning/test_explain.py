@@ -1,0 +1,108 @@
+"""explain_fit on TensorFlow: the step's peak explained by kind and by layer, and the largest batch each way of
+training fits, without training (tuning/explain.py)."""
+
+import numpy as np
+import pytest
+
+from lms_magic import explain_fit
+from lms_magic.lms.core.plan import usable_bytes
+from lms_magic.tuning.session import TuningSession
+from tests.conftest import DEVICES
+from tests.models import images, reference_cnn_small
+
+OPTIONS = {"min_bytes": 0, "device": DEVICES.accelerator, "host_device": DEVICES.host}
+BATCH = 32
+
+
+def capacity_between(session) -> int:
+    """A device where batch BATCH fits with every candidate swapped and not without LMS."""
+    plain, lowest = (session.predictor.predict(n, 1, BATCH).peak_bytes for n in (0, -1))
+    return int((plain + lowest) / 2 / 0.8)
+
+
+def test_the_peak_is_told_by_kind_and_by_the_layers_that_hold_it(devices):
+    model = reference_cnn_small()
+    found = explain_fit(model, images(64, 32), batch_size=BATCH, capacity="1GiB", modes=("without LMS",), **OPTIONS)
+    peak = found.peak
+    assert peak["bytes"] == sum(peak["by_kind"].values()) == found.modes[0].peak_bytes
+    weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
+    assert peak["by_kind"]["weights"] == weights
+    # the layers: the step's own tensors (the weights and optimizer state apart), largest first, the convolutions
+    step_bytes = peak["bytes"] - peak["by_kind"]["weights"] - peak["by_kind"]["optimizer_state"]
+    held = [row["bytes"] for row in peak["layers"]]
+    assert held == sorted(held, reverse=True) and 0 < sum(held) <= step_bytes
+    assert all(row["layer"].startswith("conv2d") for row in peak["layers"][:5]), peak["layers"]
+    assert sum(held) > step_bytes / 2  # the ten layers hold most of the step's bytes
+    text = str(found)
+    assert f"batch {BATCH}" in text and peak["layers"][0]["layer"] in text and "activations kept" in text
+    assert found.modes[0].fits and found.suggestion == ""  # 1 GiB holds it
+
+
+def test_the_largest_batches_are_where_the_predictions_cross_the_device(devices):
+    model = reference_cnn_small()
+    data = images(64, 32)
+    session = TuningSession(model, data, BATCH, **OPTIONS)
+    capacity = capacity_between(session)
+    found = explain_fit(model, data, batch_size=BATCH, capacity=capacity,
+                        modes=("without LMS", "LMS", "LMS, recompute"), **OPTIONS)
+    usable = usable_bytes(capacity)
+    assert found.usable_bytes == usable
+    plain, lms, recompute = found.modes
+    assert plain.fits is False and lms.fits is True and found.suggestion == "%%lms_fit"
+    assert plain.largest_batch < BATCH < lms.largest_batch
+    # each largest batch is the edge: predicted within the device there, above it one sample more
+    assert session.predictor.predict(0, 1, plain.largest_batch).peak_bytes <= usable
+    assert session.predictor.predict(0, 1, plain.largest_batch + 1).peak_bytes > usable
+    for batch, fits in ((lms.largest_batch, True), (lms.largest_batch + 1, False)):
+        assert (session.predictor.planned(1, batch, capacity).peak_bytes <= usable) is fits
+    session.set_options(recompute="only")
+    assert session.predictor.planned(1, recompute.largest_batch, capacity).peak_bytes <= usable
+    assert session.predictor.planned(1, recompute.largest_batch + 1, capacity).peak_bytes > usable
+    assert recompute.magic == "%%lms_fit --recompute only" and lms.step_ratio >= 1.0
+    figures = found.to_dict()
+    assert figures["modes"][1]["largest_batch"] == lms.largest_batch and figures["capacity_bytes"] == capacity
+    from lms_magic.ui.explain_html import explanation_html
+
+    page = explanation_html(found)
+    assert "%%lms_fit" in page and str(lms.largest_batch) in page
+
+
+def test_the_largest_batch_without_lms_trains_within_the_device(devices):
+    """What a fit then confirms: TensorFlow's allocator at the largest batch found stays within the device."""
+    import tensorflow as tf
+
+    model = reference_cnn_small()
+    data = images(256, 32)
+    capacity = capacity_between(TuningSession(model, data, BATCH, **OPTIONS))
+    largest = explain_fit(model, data, batch_size=BATCH, capacity=capacity, modes=("without LMS",),
+                          **OPTIONS).modes[0].largest_batch
+    with tf.device(DEVICES.accelerator):
+        model.fit(*data, batch_size=largest, epochs=1, verbose=0, shuffle=False)
+        tf.config.experimental.reset_memory_stats(DEVICES.accelerator.strip("/"))
+        before = tf.config.experimental.get_memory_info(DEVICES.accelerator.strip("/"))["current"]
+        model.fit(*data, batch_size=largest, epochs=1, verbose=0, shuffle=False)
+        peak = tf.config.experimental.get_memory_info(DEVICES.accelerator.strip("/"))["peak"]
+    assert peak - before <= capacity
+
+
+def test_the_frontier_gives_each_way_at_each_batch_and_the_largest_at_speed(devices):
+    model = reference_cnn_small()
+    data = images(64, 32)
+    capacity = capacity_between(TuningSession(model, data, BATCH, **OPTIONS))
+    sizes = (8, 16, 32, 64)
+    found = explain_fit(model, data, batch_size=BATCH, capacity=capacity, modes=("without LMS", "LMS"),
+                        batch_sizes=sizes, **OPTIONS)
+    assert [(p.batch_size, p.mode) for p in found.frontier] == [(b, m) for m in ("without LMS", "LMS") for b in sizes]
+    plain = [p.peak_bytes for p in found.frontier if p.mode == "without LMS"]
+    assert plain == sorted(plain) and len(set(plain)) == len(plain)  # more samples, more memory
+    # with LMS, the plan moves what the device needs: never above without it
+    assert all(p.peak_bytes <= plain[sizes.index(p.batch_size)] for p in found.frontier if p.mode == "LMS")
+    for mode in found.modes:
+        points = [p for p in found.frontier if p.mode == mode.mode]
+        assert all(p.fits == (p.batch_size <= mode.largest_batch) for p in points)  # the same edge as the search
+    best = found.largest_at_speed()
+    assert best.fits and best.step_ratio <= 1 / 0.9
+    assert best.batch_size == max(p.batch_size for p in found.frontier if p.fits and p.step_ratio <= 1 / 0.9)
+    assert "frontier" in str(found) and f"{best.batch_size}, {best.mode}" in str(found)
+    with pytest.raises(ValueError, match="speed_target"):
+        explain_fit(model, data, batch_size=BATCH, capacity=capacity, speed_target=90, **OPTIONS)

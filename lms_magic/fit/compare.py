@@ -69,11 +69,14 @@ class VariantRunner:
         interval_s: memory sampling interval.
         announce: prints a line as each variant starts.
         notes: where to add notes on the comparison (the result's notes).
+        explain_out_of_memory: ``(model, args, kwargs) -> text``, announced after a variant ran out of memory
+            (what filled the step, what would fit), or None.
     """
 
     def __init__(self, fit, lms_options: LmsOptions, compare: bool, max_steps: int | None, interval_s: float,
-                 announce=print, notes: list | None = None):
+                 announce=print, notes: list | None = None, explain_out_of_memory=None):
         self._fit = fit
+        self._explain_out_of_memory = explain_out_of_memory
         self.lms_options = lms_options
         self.compare = compare
         self.max_steps = max_steps
@@ -121,6 +124,8 @@ class VariantRunner:
             if outcome.status == "oom":
                 error = f"out of memory: {OOM_ADVICE}"
                 self._announce(f"--- {name} ran out of memory; {OOM_ADVICE} ---")
+                if self._explain_out_of_memory is not None:
+                    self._announce(self._explain_out_of_memory(model, args, kwargs))
             histories[name] = outcome.history
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
             results.append(VariantResult.from_run(name, outcome.status, error, outcome.recorder, profiler.report,

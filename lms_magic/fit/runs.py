@@ -18,23 +18,11 @@ from typing import Callable
 import keras
 import numpy as np
 
+from ..memory.errors import is_out_of_memory
 from ..memory.profile import profiling
 from .snapshot import CallbackState, TrainingState
 
 OOM_ADVICE = "try LMS (%%lms_fit), a memory budget (--budget 6GiB), or a smaller batch size"
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """TensorFlow's ResourceExhaustedError, PyTorch's OutOfMemoryError, JAX's RESOURCE_EXHAUSTED.
-
-    Example:
-        >>> is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")), is_out_of_memory(KeyError())
-        (True, False)
-    """
-    name = type(error).__name__
-    text = str(error)
-    return name in ("ResourceExhaustedError", "OutOfMemoryError") or "RESOURCE_EXHAUSTED" in text \
-        or "out of memory" in text.lower()
 
 
 class StepRecorder(keras.callbacks.Callback):

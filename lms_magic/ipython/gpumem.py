@@ -39,6 +39,9 @@ class GpuMemMagics(Magics):
               help="return the MemoryReport object (as %%timeit -o does)")
     @argument("-q", dest="quiet", action="store_true", help="print nothing")
     @argument("--plot", action="store_true", help="show the memory timeline as a plotly figure")
+    @argument("--explain", action="store_true",
+              help="train nothing: each Keras fit of the cell prints what fills its step's peak and the largest "
+                   "batch each way of training fits (lms_magic.explain_fit), and returns that account")
     @argument("statement", nargs="*", help="the statement to profile (line form)")
     @needs_local_scope
     @line_cell_magic
@@ -59,6 +62,10 @@ class GpuMemMagics(Magics):
             x = np.ones((8192, 4096))
 
             %gpumem -q -o y = model.predict(batch)
+
+        A Keras fit in the cell that runs out of device memory prints, above
+        the error, what filled the step's peak and what would fit. With
+        --explain, each fit trains nothing and prints that account instead.
         """
         __tracebackhide__ = True  # noqa: F841 (IPython hides this frame from tracebacks)
         if cell is None:
@@ -89,15 +96,21 @@ class GpuMemMagics(Magics):
 
     def _run(self, compiled: CompiledCell, profiler: MemoryProfiler, args, local_ns, is_cell: bool):
         __tracebackhide__ = True  # noqa: F841
+        from ..tuning.oom import FitsExplained, OutOfMemoryExplained
+
         report = profiler.report
+        # a fit that runs out of memory is explained once the measuring is over, above the error
+        fits = FitsExplained() if args.explain else OutOfMemoryExplained()
         try:
-            with profiling(profiler):
+            with profiling(profiler), fits:
                 value = compiled.run(local_ns)
         finally:
             if not args.quiet:
                 print(report)
                 if args.plot:
                     self._show_plot(report)
+            if not args.explain:
+                fits.say_why()
             if report.status != "ok":
                 self.shell.displayhook.update_user_ns(report)  # `_` gives the partial report
         if args.return_result:

@@ -77,9 +77,12 @@ class LmsFitMagics(Magics):
         result = LmsFitResult()
         announce = (lambda text: None) if args.quiet else print
         interceptor = FitInterceptor(lambda model, a, kw: self._record(result, runner.run(model, a, kw)))
+        from ..tuning.oom import explain_out_of_memory
+
         with interceptor:
+            # a variant that runs out of memory is marked so, and explained: what filled the step, what would fit
             runner = VariantRunner(interceptor.original_fit, options, args.compare, args.steps, args.interval,
-                                   announce, result.notes)
+                                   announce, result.notes, explain_out_of_memory)
             try:
                 value = compiled.run()
             except BaseException:

@@ -1,0 +1,152 @@
+"""An out-of-memory error explained where it happens: what the step needed, what filled it, and what would fit.
+
+:class:`OutOfMemoryExplained` is a context manager the magics put around a cell: while it is active, a Keras
+``fit`` that dies of an out-of-memory error (TensorFlow's ``ResourceExhaustedError``, PyTorch's
+``OutOfMemoryError``, JAX's ``RESOURCE_EXHAUSTED``) is remembered, and once the cell's measuring is over,
+``explain_fit``'s account of the step at the fit's batch size is printed, then the original error shows
+unchanged. :class:`FitsExplained` (``%%gpumem --explain``) gives the account instead of training. The
+account traces the step and trains nothing: the model, its weights and the optimizer state stay as the
+error left them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..memory.errors import is_out_of_memory
+
+DEFAULT_BATCH_SIZE = 32  # Keras's, where a fit of arrays names none
+
+
+def fit_data(args: tuple, kwargs: dict):
+    """The data and batch size of a ``fit(x, y, batch_size, ...)`` call, as ``explain_fit`` takes them: ``(x, y)``
+    for arrays (batch size as given, else Keras's 32), or the dataset with the batch size of its first element.
+
+    Example:
+        >>> import numpy as np
+        >>> data, batch = fit_data((np.ones((10, 3)), np.ones(10)), {"batch_size": 4})
+        >>> len(data), batch
+        (2, 4)
+    """
+    x = args[0] if args else kwargs.get("x")
+    y = args[1] if len(args) > 1 else kwargs.get("y")
+    batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
+    if x is None:
+        raise ValueError("the fit was given no data")
+    if y is not None or hasattr(x, "shape"):
+        return (x, y), int(batch_size or DEFAULT_BATCH_SIZE)
+    from .trials import take_samples
+
+    first = take_samples(x, 1)  # a dataset of batches: the leading dimension of its first element's first array
+    import numpy as np
+
+    return x, int(batch_size or np.shape(first[0])[0] or DEFAULT_BATCH_SIZE)
+
+
+def explain_out_of_memory(model, args: tuple, kwargs: dict) -> str:
+    """The lines printed above an out-of-memory error of ``model.fit(*args, **kwargs)``; never raises (where the
+    step cannot be explained, one line says why)."""
+    try:
+        from .explain import explain_fit
+
+        data, batch_size = fit_data(args, kwargs)
+        found = explain_fit(model, data, batch_size=batch_size)
+    except Exception as error:  # the user's own error must come through whatever happens here
+        return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
+                "Try %%lms_fit over the cell, or a smaller batch.")
+    return "lms_magic: the fit ran out of device memory. Why, and what fits (predicted, nothing trained):\n" + \
+        "\n".join("  " + line for line in found.lines())
+
+
+class _FitPatched:
+    """While active, Keras's ``Model.fit`` is ``self.fit(original, model, args, kwargs)``; put back on exit. Patched
+    only where Keras is already imported (so a cell that imports nothing of Keras imports nothing here)."""
+
+    def __init__(self):
+        self._model_class = None
+        self._saved = None
+
+    def fit(self, original, model, args, kwargs):
+        raise NotImplementedError
+
+    def __enter__(self):
+        import sys
+
+        keras = sys.modules.get("keras")
+        if keras is None or not hasattr(keras, "Model"):
+            return self
+        self._model_class = keras.Model
+        self._saved = self._model_class.__dict__.get("fit")
+        original, patch = self._model_class.fit, self
+
+        def fit(model, *args, **kwargs):
+            __tracebackhide__ = True  # noqa: F841
+            return patch.fit(original, model, args, kwargs)
+
+        fit.__doc__, fit.__wrapped__ = original.__doc__, original
+        self._model_class.fit = fit
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._model_class is None:
+            return
+        if self._saved is None:
+            if "fit" in self._model_class.__dict__:
+                delattr(self._model_class, "fit")
+        else:
+            self._model_class.fit = self._saved
+        self._model_class = None
+
+
+class OutOfMemoryExplained(_FitPatched):
+    """While active, a Keras ``fit`` that runs out of memory is remembered, and :meth:`say_why` prints its
+    explanation (call it once the measuring is over, before the error shows); the error is raised as it was.
+
+    Args:
+        say: where the explanation goes. Defaults to ``print``.
+        explain: ``(model, args, kwargs) -> text``. Defaults to :func:`explain_out_of_memory`.
+    """
+
+    def __init__(self, say: Callable[[str], None] = print, explain=explain_out_of_memory):
+        super().__init__()
+        self._say, self._explain = say, explain
+        self._pending: list[tuple] = []
+        self.explained = 0  # how many errors were explained
+
+    def fit(self, original, model, args, kwargs):
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return original(model, *args, **kwargs)
+        except Exception as error:
+            if is_out_of_memory(error) and not any(error is pending[0] for pending in self._pending):
+                self._pending.append((error, model, args, kwargs))
+            raise
+
+    def say_why(self) -> None:
+        """Prints the explanation of each out-of-memory error seen so far (once each)."""
+        pending, self._pending = self._pending, []
+        for _, model, args, kwargs in pending:
+            self.explained += 1
+            self._say(self._explain(model, args, kwargs))
+
+
+class FitsExplained(_FitPatched):
+    """While active, a Keras ``fit`` trains nothing: it prints ``explain_fit``'s account of its step at its batch
+    size and returns the :class:`~lms_magic.tuning.explain.FitExplanation` (``%%gpumem --explain``)."""
+
+    def __init__(self, say: Callable[[str], None] = print):
+        super().__init__()
+        self._say = say
+        self.explanations: list = []
+
+    def fit(self, original, model, args, kwargs):
+        from .explain import explain_fit
+
+        data, batch_size = fit_data(args, kwargs)
+        found = explain_fit(model, data, batch_size=batch_size)
+        self.explanations.append(found)
+        self._say(str(found))
+        return found
+
+
+__all__ = ["FitsExplained", "OutOfMemoryExplained", "explain_out_of_memory", "fit_data"]

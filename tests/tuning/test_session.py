@@ -25,7 +25,7 @@ def test_autotune_on_a_real_model_fits_the_budget_in_fewer_trials_than_the_grid(
     data, same start). How close its best comes to the grid's is a timing question, answered by
     benchmarks/lms_tune.py (on 2 shared cores the step times of neighbouring settings differ by less than
     their noise, and an assertion on them failed in CI runs): here, what does not depend on timing."""
-    tuning_session = TuningSession(reference_cnn_small(), tuning_data, batch_size=16, steps=5, **OPTIONS)
+    tuning_session = TuningSession(reference_cnn_small(), tuning_data, batch_size=16, steps=2, **OPTIONS)
     count = tuning_session.predictor.predict(-1, 1, 16).candidates
     n_values, lb_values = [0, count // 4, count // 2, 3 * count // 4, count], [1, 2, 3]
     plain = tuning_session.predictor.predict(0, 1, 16)

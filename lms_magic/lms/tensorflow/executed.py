@@ -37,28 +37,33 @@ class ExecutedStepChecks:
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(_messages.why_nothing(self._plan))
             return Action.KEEP
+        searching = self._plan is not None and self._searched(self._plan) and self._retraces < 2
+        # a probe's own figures are read only where its plan stands: not replayed before the search says so
+        probe = searching and self._probing
         try:
-            with_lms, without_lms, unknown = _predict.executed_peaks(partitions, self.device, self.step,
-                                                                     self._persistent(), self._layer_of,
-                                                                     self._optimizer_scope())
+            with_lms, without_lms, unknown = self._executed_peaks(partitions, with_lms=not probe)
         except Exception as error:  # a prediction must never stop training
             self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
                                     f"replayed ({type(error).__name__}: {error})")
             return Action.KEEP
-        self.stats.update({"device_peak_bytes": with_lms["bytes"], "device_peak_bytes_without_lms": without_lms["bytes"],
-                           "peak": with_lms, "peak_without_lms": without_lms,
+        self.stats.update({"device_peak_bytes_without_lms": without_lms["bytes"], "peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs" + (
                                ", without XLA" if internals.jit_compile_requested(self.model) else ""),
                            "unknown_size_nodes": unknown})
+        if with_lms is not None:
+            self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
         if self._cost is None:
             self._cost = self._step_cost()
         action = Action.KEEP
-        if self._plan is not None and self._searched(self._plan) and self._retraces < 2:
+        if searching:
             try:
                 action = self._plan_on_executed(partitions, without_lms["bytes"])
             except Exception as error:  # a plan search that fails leaves the swaps that ran, said
                 self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
                                         f"{error}): the first step's swaps stand")
+            if probe and action is Action.KEEP:  # the probe's swaps stand: its own figures
+                with_lms, _, _ = self._executed_peaks(partitions, without_lms=False)
+                self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
         elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
                 self._retraces < 2:  # a plan given by a count: its first step swapped it
             action = self._hybrid_check(lambda: _predict.ExecutedStep(partitions, self.device, self.step),
@@ -67,6 +72,10 @@ class ExecutedStepChecks:
             self.stats.update(predicted_step_ratio=self._cost.ratio(self.stats.swapped_bytes_per_step),
                               compute_s=self._cost.compute_s, compute_source=self._cost.source)
         return action
+
+    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
+        return _predict.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,
+                                       self._optimizer_scope(), with_lms, without_lms)
 
     def _step_cost(self):
         """The step's StepCost (compute.step_cost); None, with a note where it failed, where it cannot be made."""

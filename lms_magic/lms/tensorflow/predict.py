@@ -203,10 +203,12 @@ def _without_order(nodes: list[Node], ordered) -> list[Node]:
 
 
 def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
-                   optimizer_scope: str | None) -> tuple[dict, dict, int]:
+                   optimizer_scope: str | None, with_lms: bool = True,
+                   without_lms: bool = True) -> tuple[dict | None, dict | None, int]:
     """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
     order ``step.ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
-    ``persistent``), and the count of unknown-size device nodes."""
+    ``persistent``), and the count of unknown-size device nodes; ``with_lms`` / ``without_lms`` False: that
+    replay is not made (None in its place)."""
     suffix = device_suffix(device)
     brought_back = swapped_in(partitions, suffix)
 
@@ -218,6 +220,9 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
 
     explained, unknown_count = [], 0
     for undo in (False, True):
+        if not (without_lms if undo else with_lms):
+            explained.append(None)
+            continue
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
                                                 optimizer_after=step.optimizer_after)
         nodes = _recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)

@@ -124,7 +124,7 @@ class VariantRunner:
             if outcome.status == "oom":
                 error = f"out of memory: {OOM_ADVICE}"
                 self._announce(f"--- {name} ran out of memory; {OOM_ADVICE} ---")
-                if self._explain_out_of_memory is not None:
+                if self._explain_out_of_memory is not None and not outcome.explained:
                     self._announce(self._explain_out_of_memory(model, args, kwargs))
             histories[name] = outcome.history
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)

@@ -59,6 +59,7 @@ class RunOutcome:
     history: object | None
     recorder: StepRecorder
     error_line: str | None = None  # the first line of the out-of-memory error
+    explained: bool = False  # the LMS callback has said what filled the memory already
 
 
 class FairStart:
@@ -119,6 +120,7 @@ class FairStart:
         except BaseException as error:
             self.training.restore()
             if isinstance(error, Exception) and is_out_of_memory(error):
-                return RunOutcome("oom", None, recorder, str(error).splitlines()[0][:200] if str(error) else "")
+                return RunOutcome("oom", None, recorder, str(error).splitlines()[0][:200] if str(error) else "",
+                                  getattr(error, "lms_magic_explained", False))
             raise
         return RunOutcome("ok", history, recorder)

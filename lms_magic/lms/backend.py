@@ -41,6 +41,8 @@ class Backend(Protocol):
     # Optional: ``train_function(function) -> function``, the train function made with the wrapped step as the
     # callback will call it (JAX's commits the state to the device first); the callback calls ``function``
     # itself where a backend has none.
+    # Optional: ``batch_shapes``, the batch's ``(shape, dtype)`` leaves as its step saw them (``samples.batch_shapes``),
+    # on which the callback explains an out-of-memory error of an LMS step; None or absent: a shorter message.
 
     def first_step_done(self) -> Action:
         """After the first LMS step (and after the first step of a retrace): fills in the stats (what moved,

@@ -20,6 +20,7 @@ from .core.stats import LmsStats
 from .framework import framework as chosen_framework
 from .options import LmsOptions
 from .train_function import LmsTrainFunction
+from ..memory.errors import is_out_of_memory
 
 
 class LmsNotice(UserWarning):
@@ -251,9 +252,34 @@ class LMS(keras.callbacks.Callback):
             with internals.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
                 self.stats.steps += 1
                 yield
-        except BaseException:
+        except BaseException as error:
+            shapes = getattr(self._backend, "batch_shapes", None)
             self._restore()
+            if self.verbose and isinstance(error, Exception) and is_out_of_memory(error):
+                self._say_out_of_memory(error, shapes)
             raise
+
+    def _say_out_of_memory(self, error: Exception, shapes) -> None:
+        """Above an out-of-memory error of an LMS step: what the step needed, what filled it, what would fit
+        (``explain.out_of_memory_account``, on zeros shaped as the batch); the error is then raised as it was."""
+        from .explain import out_of_memory_account
+        from .samples import zeros_like_batch
+
+        if shapes is None or not self.stats.batch_size:
+            print("lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
+                  "batch_size=...) says what filled it and the largest batch each way of training fits")
+        else:
+            try:
+                data = zeros_like_batch(shapes)
+            except Exception:  # a batch this cannot rebuild (dicts of inputs): said, never raised
+                data = None
+            print(out_of_memory_account(self._keras_model, data, self.stats.batch_size) if data is not None else
+                  "lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
+                  "batch_size=...) says what filled it")
+        try:
+            error.lms_magic_explained = True  # the magics around the fit do not say it again
+        except AttributeError:
+            pass
 
     def summary(self) -> str:
         """One line: what LMS swapped and the device peaks (predicted)."""

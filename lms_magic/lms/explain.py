@@ -1,6 +1,6 @@
 """Why a fit does not fit, and what will, without training: ``explain_fit``.
 
-One traced step per batch size (the predictors ``%lms_tune`` uses) gives the step's predicted
+One traced step per batch size (the predictors ``%lms_tune`` uses: each framework's ``predictor``) gives the step's predicted
 device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
 and the Keras layers whose tensors hold the most at the peak. Against the device's capacity
 (given, the GPU's, or ``simulate_accelerator``'s), it finds the largest batch each way of training
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ..lms.core.plan import CAPACITY_HEADROOM, usable_bytes
-from ..lms.options import whole_number
 from ..units import format_size, parse_bytes
+from .core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, usable_bytes
+from .options import whole_number
 
 # name, the tuner's options, and the %%lms_fit line that trains that way
 MODES = (("without LMS", {}, ""), ("LMS", {}, "%%lms_fit"),
@@ -137,7 +137,7 @@ class FitExplanation:
                 continue
             largest = "" if mode.largest_batch is None else f", largest batch {mode.largest_batch}"
             ratio = "" if mode.step_ratio is None else f", step {mode.step_ratio:.2f}x a plain step's (predicted)"
-            verdict = {True: "fits", False: "does not fit", None: "?"}[mode.fits]
+            verdict = {True: "fits", False: "does not fit", None: "capacity unknown"}[mode.fits]
             lines.append(f"  {mode.mode}: {format_size(mode.peak_bytes)} at batch {self.batch_size}, {verdict}"
                          f"{largest}{ratio}")
         if self.frontier:
@@ -169,6 +169,51 @@ class FitExplanation:
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
+
+
+class _Predictors:
+    """The step predictors of each way of training, made once each (what ``TuningSession`` holds for the tuner)."""
+
+    def __init__(self, model, data, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
+                 host_device: str | None = None):
+        from .framework import check_devices, framework, refuse_unavailable
+        from .options import LmsOptions
+        from .samples import take_samples
+
+        self.chosen = framework()
+        if self.chosen.tuner_refusal is not None:
+            raise ValueError(f"explain_fit predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras runs on "
+                             f"{self.chosen.name!r}: there, LMS(...) and %%lms_fit plan for the fit itself; run "
+                             "explain_fit with KERAS_BACKEND=tensorflow or jax")
+        self.options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device)
+        self.unavailable = dict(self.chosen.unavailable)
+        refuse_unavailable(self.options, self.unavailable)
+        if "device" not in self.unavailable:
+            check_devices(self.options.device, self.options.host_device)
+        self.model, self.samples = model, take_samples(data, 2)
+        self._made: dict[tuple, object] = {}
+        self._bandwidth = None
+        self.predictor = self._predictor(False, False)
+
+    def _predictor(self, lean_ops: bool, recompute):
+        if (lean_ops, recompute) not in self._made:
+            self._made[(lean_ops, recompute)] = self.chosen.predictor(self.model, self.samples, self.options, lean_ops,
+                                                                      False, recompute)
+        return self._made[(lean_ops, recompute)]
+
+    def set_options(self, lean_ops: bool = False, recompute=False) -> None:
+        self.predictor = self._predictor(lean_ops, recompute)
+
+    def step_cost(self, batch_size: int):
+        """The step's :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: the traced step's FLOPs at the
+        device's rate, and the host link's bandwidth (measured once per process)."""
+        from ..memory.bandwidth import host_link_bandwidth
+        from .core.costs import StepCost
+
+        self._bandwidth = self._bandwidth or host_link_bandwidth()
+        return StepCost(self.predictor.estimated_compute_s(batch_size, self.options.device),
+                        "estimated: " + self.predictor.compute_estimate, self._bandwidth.device_to_host,
+                        self._bandwidth.host_to_device)
 
 
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
@@ -211,8 +256,6 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         >>> found.modes[0].largest_batch < 6000 < found.modes[1].largest_batch
         True
     """
-    from .session import TuningSession
-
     if not 0 < speed_target <= 1:
         raise ValueError(f"speed_target={speed_target!r}: a share of plain speed, above 0 and at most 1 (0.9: 90%)")
     sizes = sorted({whole_number("batch_sizes", size, 1) for size in batch_sizes})
@@ -221,7 +264,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         raise ValueError(f"modes: {sorted(unknown)} unknown; the ways of training are {[mode[0] for mode in MODES]}")
     capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
     usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    session = TuningSession(model, data, batch_size, **options)
+    session = _Predictors(model, data, **options)
     chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
     plain = session.predictor.explain(0, 1, batch_size)
     results, frontier = [], []
@@ -269,13 +312,26 @@ def _mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: i
 
 def _device_capacity(options: dict) -> int | None:
     """The capacity of the device LMS would relieve with these options, or None where there is none."""
-    from ..lms.core.stats import LmsStats
-    from ..lms.framework import framework
-    from ..lms.options import LmsOptions
+    from .core.stats import LmsStats
+    from .framework import framework
+    from .options import LmsOptions
 
     chosen, stats = framework(), LmsStats()
     prepared = chosen.prepare(LmsOptions(device=options.get("device"), host_device=options.get("host_device")), stats)
     return None if chosen.off_reason(prepared) is not None else stats.capacity_bytes
 
 
-__all__ = ["explain_fit", "FitExplanation", "FrontierPoint", "ModeFit", "largest_fitting"]
+def out_of_memory_account(model, data, batch_size: int) -> str:
+    """The lines said above an out-of-memory error of a fit of ``model`` on ``data`` at ``batch_size``: what the
+    step needed, what filled it, what would fit. Never raises: where the step cannot be explained, one line says
+    why (the user's own error must come through whatever happens here)."""
+    try:
+        found = explain_fit(model, data, batch_size=batch_size)
+    except Exception as error:
+        return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
+                "Try %%lms_fit over the cell, or a smaller batch.")
+    return "lms_magic: the fit ran out of device memory. Why, and what fits (predicted, nothing trained):\n" + \
+        "\n".join("  " + line for line in found.lines())
+
+
+__all__ = ["explain_fit", "out_of_memory_account", "FitExplanation", "FrontierPoint", "ModeFit", "largest_fitting"]

@@ -35,7 +35,7 @@ def fit_data(args: tuple, kwargs: dict):
         raise ValueError("the fit was given no data")
     if y is not None or hasattr(x, "shape"):
         return (x, y), int(batch_size or DEFAULT_BATCH_SIZE)
-    from .trials import take_samples
+    from ..lms.samples import take_samples
 
     first = take_samples(x, 1)  # a dataset of batches: the leading dimension of its first element's first array
     import numpy as np
@@ -46,16 +46,13 @@ def fit_data(args: tuple, kwargs: dict):
 def explain_out_of_memory(model, args: tuple, kwargs: dict) -> str:
     """The lines printed above an out-of-memory error of ``model.fit(*args, **kwargs)``; never raises (where the
     step cannot be explained, one line says why)."""
-    try:
-        from .explain import explain_fit
+    from ..lms.explain import out_of_memory_account
 
+    try:
         data, batch_size = fit_data(args, kwargs)
-        found = explain_fit(model, data, batch_size=batch_size)
-    except Exception as error:  # the user's own error must come through whatever happens here
-        return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
-                "Try %%lms_fit over the cell, or a smaller batch.")
-    return "lms_magic: the fit ran out of device memory. Why, and what fits (predicted, nothing trained):\n" + \
-        "\n".join("  " + line for line in found.lines())
+    except Exception as error:
+        return f"lms_magic: the fit ran out of device memory; its data could not be read again ({error})"
+    return out_of_memory_account(model, data, batch_size)
 
 
 class _FitPatched:
@@ -118,7 +115,8 @@ class OutOfMemoryExplained(_FitPatched):
         try:
             return original(model, *args, **kwargs)
         except Exception as error:
-            if is_out_of_memory(error) and not any(error is pending[0] for pending in self._pending):
+            if is_out_of_memory(error) and not getattr(error, "lms_magic_explained", False) and \
+                    not any(error is pending[0] for pending in self._pending):
                 self._pending.append((error, model, args, kwargs))
             raise
 
@@ -132,7 +130,7 @@ class OutOfMemoryExplained(_FitPatched):
 
 class FitsExplained(_FitPatched):
     """While active, a Keras ``fit`` trains nothing: it prints ``explain_fit``'s account of its step at its batch
-    size and returns the :class:`~lms_magic.tuning.explain.FitExplanation` (``%%gpumem --explain``)."""
+    size and returns the :class:`~lms_magic.lms.explain.FitExplanation` (``%%gpumem --explain``)."""
 
     def __init__(self, say: Callable[[str], None] = print):
         super().__init__()
@@ -140,7 +138,7 @@ class FitsExplained(_FitPatched):
         self.explanations: list = []
 
     def fit(self, original, model, args, kwargs):
-        from .explain import explain_fit
+        from ..lms.explain import explain_fit
 
         data, batch_size = fit_data(args, kwargs)
         found = explain_fit(model, data, batch_size=batch_size)

@@ -14,45 +14,8 @@ import numpy as np
 
 from ..lms.core.search import Setting, Trial
 from ..lms.options import compiled_model, whole_number
+from ..lms.samples import take_samples
 from ..fit.runs import FairStart
-
-
-def _is_dataset(data) -> bool:
-    return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
-
-
-def take_samples(data, count: int):
-    """The first ``count`` samples of ``data`` as a tuple of arrays (cycled when there are fewer).
-
-    ``data`` is ``(x, y)`` or ``(x, y, sample_weight)`` of arrays (or dicts of
-    arrays), or a ``tf.data.Dataset`` of batches or samples.
-
-    Raises:
-        ValueError: no data, or data of another kind (the message says what to pass).
-
-    Example:
-        >>> import numpy as np
-        >>> x, y = take_samples((np.arange(3.0)[:, None], np.arange(3)), 5)
-        >>> x[:, 0].tolist(), y.tolist()
-        ([0.0, 1.0, 2.0, 0.0, 1.0], [0, 1, 2, 0, 1])
-    """
-    if data is None:
-        raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
-    if _is_dataset(data):  # only a tf.data.Dataset brings TensorFlow in
-        import tensorflow as tf
-
-        leaf = tf.nest.flatten(data.element_spec)[0]
-        samples = data.unbatch() if leaf.shape.rank and leaf.shape[0] is None else data
-        data = next(iter(samples.take(count).batch(count).as_numpy_iterator()))
-    if not isinstance(data, (tuple, list)) or not 1 <= len(data) <= 3:
-        raise ValueError("data must be (x, y) or (x, y, sample_weight) arrays, or a tf.data.Dataset; "
-                         f"got {type(data).__name__}")
-    arrays = keras.tree.map_structure(np.asarray, tuple(data))
-    first = keras.tree.flatten(arrays)[0]
-    if first.ndim == 0 or len(first) == 0:
-        raise ValueError("the data holds no samples")
-    index = np.arange(count) % len(first)
-    return keras.tree.map_structure(lambda a: a[index], arrays)
 
 
 class TrialRunner:

@@ -1,11 +1,12 @@
 """explain_fit on TensorFlow: the step's peak explained by kind and by layer, and the largest batch each way of
-training fits, without training (tuning/explain.py)."""
+training fits, without training (lms/explain.py)."""
 
 import numpy as np
 import pytest
 
-from lms_magic import explain_fit
+from lms_magic import LMS, explain_fit
 from lms_magic.lms.core.plan import usable_bytes
+from lms_magic.lms.train_function import LmsTrainFunction
 from lms_magic.tuning.session import TuningSession
 from tests.conftest import DEVICES
 from tests.models import images, reference_cnn_small
@@ -106,3 +107,28 @@ def test_the_frontier_gives_each_way_at_each_batch_and_the_largest_at_speed(devi
     assert "frontier" in str(found) and f"{best.batch_size}, {best.mode}" in str(found)
     with pytest.raises(ValueError, match="speed_target"):
         explain_fit(model, data, batch_size=BATCH, capacity=capacity, speed_target=90, **OPTIONS)
+
+
+def test_an_lms_fit_that_runs_out_of_memory_says_why_above_the_error(devices, capsys):
+    """In plain Python, with LMS() in the callbacks: a step that runs out of device memory (a layer asking for 1 TiB)
+    prints what filled it, then TensorFlow's error comes through unchanged."""
+    import keras
+    import tensorflow as tf
+
+    class RunsOutOfMemory(keras.layers.Layer):
+        def call(self, x):  # a real allocation the device cannot make: 1 TiB, at run time
+            return x + 0.0 * tf.reduce_sum(tf.random.uniform([2**38]))
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+                              RunsOutOfMemory(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in model.get_weights()]
+    lms = LMS(**OPTIONS)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        model.fit(*images(32, 32), batch_size=16, epochs=1, verbose=0, callbacks=[lms])
+    out = capsys.readouterr().out
+    assert "ran out of device memory" in out and "batch 16" in out, out
+    assert "the layers holding the most at the peak: runs_out_of_memory 1024.00 GiB" in out  # what filled it
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert not LmsTrainFunction.is_in(model)

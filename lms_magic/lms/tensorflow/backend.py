@@ -30,6 +30,7 @@ from ..core.summary import Words, summary_line
 from ..memo import PLANS, RememberedPlan, options_key
 from ..options import LmsOptions
 from ..persistent import persistent_tensors
+from .. import samples as _samples
 from . import hybrid as _hybrid
 from . import lean as _lean
 from . import messages as _messages
@@ -87,6 +88,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._remembered: RememberedPlan | None = None  # the plan of an earlier fit, where this fit reuses it
         self._options_key = options_key(options)  # what of the options the remembered plan depends on
         self._found = None  # the first trace's candidates and notes, kept by _reuse for _traced_plan
+        self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them
 
     @contextlib.contextmanager
     def step_scope(self):
@@ -107,6 +109,8 @@ class TensorFlowBackend(ExecutedStepChecks):
             if not internals.in_function_graph():
                 return original(data)
             graph = tf.compat.v1.get_default_graph()
+            if self.batch_shapes is None:  # what an out-of-memory error is explained on (callback.py)
+                self.batch_shapes = _samples.batch_shapes(data)
             if self.budget_bytes is not None and not self._budget_checked:
                 self._check_budget(original, data)
             state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})

@@ -38,7 +38,18 @@ def explanation_html(found) -> str:
     modes = html_table(["training", f"peak MiB at batch {found.batch_size}", "fits", "largest batch",
                         "step time (x plain, predicted)", "how"], rows, "lms-magic-explain", left_columns=(0, 5),
                        notes=notes)
-    return f"<div>{kinds}{layers}{modes}{frontier_html(found)}</div>"
+    return f"<div>{kinds}{layers}{modes}{frontier_html(found)}{_frontier_plot(found)}</div>"
+
+
+def _frontier_plot(found) -> str:
+    """The frontier's figure (ui/plots.py), where there is a frontier and plotly is installed."""
+    try:
+        from .plots import figure_html, frontier_figure
+
+        figure = frontier_figure(found)
+    except ImportError:  # plotly is optional for this view: the table above has the figures
+        return ""
+    return "" if figure is None else figure_html(figure)
 
 
 def frontier_html(found) -> str:

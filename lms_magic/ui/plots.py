@@ -282,3 +282,35 @@ def training_figure(variants):
                                   if identical else "") + f"at most {MAX_POINTS} points a line)",
                          xaxis_title="step", yaxis_title="loss", height=360, margin=dict(l=50, r=20, t=40, b=40))
     return figure
+
+
+def frontier_figure(found):
+    """The frontier of an ``explain_fit(..., batch_sizes=...)`` result: predicted peak against batch size, a line
+    per way of training, with the device's usable memory as a dashed line (None where there is no frontier).
+
+    Example:
+        >>> from lms_magic.lms.explain import FitExplanation, FrontierPoint
+        >>> points = [FrontierPoint(b, "without LMS", 10 * b * MIB, 1.0, b <= 4) for b in (2, 4, 8)]
+        >>> figure = frontier_figure(FitExplanation(8, 64 * MIB, 48 * MIB, {}, [], points))
+        >>> [trace.name for trace in figure.data], figure.layout.xaxis.title.text
+        (['without LMS'], 'batch size')
+    """
+    if not found.frontier:
+        return None
+    go = _plotly()
+    modes = list(dict.fromkeys(point.mode for point in found.frontier))
+    unit, name = size_unit([point.peak_bytes for point in found.frontier] + [found.usable_bytes])
+    figure = go.Figure()
+    for mode in modes:
+        points = sorted((point for point in found.frontier if point.mode == mode), key=lambda point: point.batch_size)
+        figure.add_trace(go.Scatter(
+            x=[point.batch_size for point in points], y=[point.peak_bytes / unit for point in points],
+            mode="lines+markers", name=mode,
+            text=["" if point.step_ratio is None else f"step {point.step_ratio:.2f}x plain" for point in points],
+            hovertemplate=f"batch %{{x}}: %{{y:.1f}} {name}, %{{text}}"))
+    if found.usable_bytes:
+        figure.add_hline(y=found.usable_bytes / unit, line_dash="dash", annotation_position="top left",
+                         annotation_text=f"usable device memory {found.usable_bytes / unit:.1f} {name}")
+    figure.update_layout(title=f"predicted device peak by batch size ({name})", xaxis_title="batch size",
+                         yaxis_title=name, height=360, margin=dict(l=50, r=20, t=40, b=40))
+    return figure

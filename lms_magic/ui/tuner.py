@@ -1,4 +1,4 @@
-"""The %lms_tune widget: sliders with instant predictions, Measure, Autotune, Stop, Apply.
+"""The %lms_tune widget: sliders with instant predictions, Measure, Autotune, Stop, Apply, Frontier.
 
 Slider moves call only the prediction (a memoised liveness replay) and redraw;
 Measure runs one trial; Autotune runs the search one trial per turn of the
@@ -20,7 +20,7 @@ from ..units import MIB
 
 
 def _batch_choices(batch_size: int) -> list[int]:
-    choices = {batch_size} | {max(1, batch_size * 2**k) for k in range(-3, 4)}
+    choices = {batch_size} | {max(1, int(batch_size * 2**k)) for k in range(-3, 4)}  # whole batches
     return sorted(choices)
 
 
@@ -69,7 +69,8 @@ class Tuner:
         }
         for toggle in self.toggles.values():
             toggle.observe(self._on_toggle, names="value")
-        self.buttons = {name: widgets.Button(description=name) for name in ("Measure", "Autotune", "Stop", "Apply")}
+        self.buttons = {name: widgets.Button(description=name)
+                        for name in ("Measure", "Autotune", "Stop", "Apply", "Frontier")}
         self.buttons["Stop"].disabled = True
         self.prediction_html = widgets.HTML()
         self.makeup_output = widgets.Output()
@@ -77,12 +78,15 @@ class Tuner:
         self.status = widgets.HTML()
         self.trials_html = widgets.HTML()
         self.figure_output = widgets.Output()
+        self.frontier_output = widgets.Output()
+        self.frontier = self.frontier_figure = None  # the last Frontier's FitExplanation and its figure
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         self.buttons["Measure"].on_click(lambda _: self.measure())
         self.buttons["Autotune"].on_click(lambda _: self.start_autotune())
         self.buttons["Stop"].on_click(lambda _: self.request_stop())
         self.buttons["Apply"].on_click(lambda _: self.apply())
+        self.buttons["Frontier"].on_click(lambda _: self.show_frontier())
         note = "" if session.runner.gpu else (
             "<br><b>No GPU:</b> measured trials train on the CPU, so their times are not GPU times.")
         if not session.runner.measures_peak:
@@ -102,6 +106,7 @@ class Tuner:
                           self.prediction_html]),
             widgets.HBox(list(self.buttons.values())), self.status,
             widgets.HBox([self.figure_output, self.makeup_output]), self.top_html, self.trials_html,
+            self.frontier_output,
         ])
         self.refresh()
 
@@ -313,6 +318,30 @@ class Tuner:
                              f"In a script: <code>{html.escape(self.applied)}</code>")
         print(self.applied)
         return self.applied
+
+    def show_frontier(self):
+        """The frontier (``explain_fit``): predicted peak by batch size, without LMS and with its plan, at the batch
+        slider's sizes, against the budget; one trace per size and way, so it waits for the button."""
+        from ..lms.core.plan import CAPACITY_HEADROOM
+        from ..lms.explain import explain_fit
+        from .plots import display_figure, frontier_figure
+
+        session = self.session
+        budget = self.controls["budget_mib"].value * MIB
+        self.status.value = "frontier: tracing the step at each batch size..."
+        self.frontier = explain_fit(  # a capacity whose usable part is the budget
+            session.runner.model, session.runner.data, batch_size=session.batch_size,
+            capacity=int(budget / (1 - CAPACITY_HEADROOM)), modes=("without LMS", "LMS"),
+            batch_sizes=self.controls["batch_size"].options, min_bytes=session.lms_options["min_bytes"],
+            device=session.lms_options["device"], host_device=session.lms_options["host_device"])
+        best = self.frontier.largest_at_speed()
+        self.status.value = ("frontier: " + (f"the largest batch at 90% of plain speed within the budget: "
+                                              f"{best.batch_size} ({best.mode})" if best else "no batch fits the budget"))
+        self.frontier_figure = frontier_figure(self.frontier)
+        self.frontier_output.clear_output()
+        with self.frontier_output:
+            display_figure(self.frontier_figure)
+        return self.frontier
 
     def _ipython_display_(self):
         from IPython.display import display

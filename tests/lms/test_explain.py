@@ -105,6 +105,13 @@ def test_the_frontier_gives_each_way_at_each_batch_and_the_largest_at_speed(devi
     assert best.fits and best.step_ratio <= 1 / 0.9
     assert best.batch_size == max(p.batch_size for p in found.frontier if p.fits and p.step_ratio <= 1 / 0.9)
     assert "frontier" in str(found) and f"{best.batch_size}, {best.mode}" in str(found)
+    from lms_magic.ui.explain_html import explanation_html
+    from lms_magic.ui.plots import frontier_figure
+
+    figure = frontier_figure(found)  # a line a way, the usable memory dashed
+    assert [trace.name for trace in figure.data] == ["without LMS", "LMS"]
+    assert list(figure.data[0].x) == list(sizes) and figure.layout.shapes[0].line.dash == "dash"
+    assert "Plotly.newPlot" in explanation_html(found)
     with pytest.raises(ValueError, match="speed_target"):
         explain_fit(model, data, batch_size=BATCH, capacity=capacity, speed_target=90, **OPTIONS)
 

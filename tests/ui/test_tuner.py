@@ -56,6 +56,16 @@ def test_measure_adds_a_point_and_leaves_the_model_as_it_was(tuning_session):
     assert_same_state(before, tuning_session.runner.model)
 
 
+def test_frontier_draws_the_predicted_peak_by_batch_size_against_the_budget(tuning_session):
+    tuner = Tuner(tuning_session)
+    found = tuner.show_frontier()
+    sizes = list(tuner.controls["batch_size"].options)
+    assert [p.batch_size for p in found.frontier] == sizes * 2 and found.usable_bytes == pytest.approx(
+        tuner.controls["budget_mib"].value * MIB, rel=1e-6)
+    assert "frontier:" in tuner.status.value
+    assert [trace.name for trace in tuner.frontier_figure.data] == ["without LMS", "LMS"]
+
+
 def test_stop_ends_autotune_between_trials(tuning_session):
     tuner = Tuner(tuning_session, max_trials=10)
     trials_seen = []

@@ -54,6 +54,8 @@ def batch_shapes(data):
         (((8, 4), dtype('float32')), ((8,), dtype('int32')))
     """
     try:
+        if data is None:  # no sample weights
+            return None
         if isinstance(data, (tuple, list)):
             return tuple(batch_shapes(item) for item in data)
         dims = data.shape.as_list() if hasattr(data.shape, "as_list") else list(data.shape)
@@ -64,7 +66,7 @@ def batch_shapes(data):
 
 def zeros_like_batch(shapes, count: int = 2):
     """``count`` samples of zeros shaped as a batch's ``(shape, dtype)`` leaves (any nesting of tuples; a shape's
-    first dimension, the batch, is replaced).
+    first dimension, the batch, is replaced; a missing part, such as no sample weights at the end, is left out).
 
     Example:
         >>> x, y = zeros_like_batch(((( 8, 4), "float32"), ((8,), "int32")))
@@ -74,8 +76,13 @@ def zeros_like_batch(shapes, count: int = 2):
     import numpy as np
 
     def zeros(leaf):
+        if leaf is None:
+            return None
         if len(leaf) == 2 and isinstance(leaf[0], tuple) and all(isinstance(d, int) or d is None for d in leaf[0]):
             return np.zeros((count,) + tuple(leaf[0][1:]), dtype=leaf[1])
         return tuple(zeros(item) for item in leaf)
 
-    return zeros(shapes)
+    made = zeros(shapes)
+    while isinstance(made, tuple) and made and made[-1] is None:  # (x, y, None): no sample weights
+        made = made[:-1]
+    return made

@@ -25,6 +25,7 @@ from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..persistent import persistent_bytes
 from ..options import LmsOptions
+from ..samples import batch_shapes
 
 PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
                      "output held to its last reader; XLA fuses and schedules its own way)")
@@ -57,6 +58,7 @@ class JaxBackend:
         self.recompute = options.recompute
         self.offloaded: dict[tuple, frozenset] = {}  # the step's input shapes -> the layers planned for them
         self.traces = 0
+        self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them (callback.py)
         self._layer_types = {layer.name: type(layer).__name__ for layer in internals.layers_of(model)}
         if options.recompute is True:
             stats.notes.append("recompute=True is not built on JAX: the plan offloads (recompute='only' recomputes)")
@@ -76,6 +78,8 @@ class JaxBackend:
     # -- the trace --------------------------------------------------------------------------------
     def train_step(self, original):
         def step(state, data):
+            if self.batch_shapes is None:
+                self.batch_shapes = batch_shapes(data)
             with self._traced():
                 return original(state, data)
 

@@ -70,7 +70,10 @@ class JaxStepPredictor(PrefixPredictions):
         x, y, sample_weight = (jax.tree_util.tree_map(batch_of, part) if part is not None else None
                                for part in self.sample + (None,) * (3 - len(self.sample)))
         optimizer = model.optimizer.variables if model.optimizer is not None else []
-        state = [[v.value for v in variables] for variables in (model.trainable_variables,
+        # the variables' shapes only (tracing needs no values): after a JAX fit that raised, Keras leaves them
+        # without values until the next fit, and an out-of-memory error is explained just then
+        state = [[jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in variables]
+                 for variables in (model.trainable_variables,
                                                                  model.non_trainable_variables,
                                                                  model.metrics_variables, optimizer)]
         return inner, (state[0], state[1], state[2], x, y, sample_weight, state[3])

@@ -141,3 +141,31 @@ def test_explain_fit_finds_the_largest_batches_on_jax(data):
     assert session.predictor.predict(0, 1, without.largest_batch).peak_bytes <= usable
     assert session.predictor.predict(0, 1, without.largest_batch + 1).peak_bytes > usable
     assert "not available" in lean.unavailable and lean.largest_batch is None
+
+
+def test_an_lms_step_that_runs_out_of_memory_on_jax_says_why_above_the_error(data, capsys):
+    """JAX's out-of-memory error raised inside an LMS step (here once, by a layer, as XLA raises it): the account is
+    made on zeros shaped as the batch the step saw, printed above the error, which comes through unchanged."""
+    import keras
+
+    class RunsOutOfMemoryOnce(keras.layers.Layer):
+        calls_left = None  # calls before the one that fails: fit's symbolic build, then the LMS step's trace
+
+        def call(self, x):
+            if RunsOutOfMemoryOnce.calls_left is not None:
+                RunsOutOfMemoryOnce.calls_left -= 1
+                if RunsOutOfMemoryOnce.calls_left < 0:
+                    RunsOutOfMemoryOnce.calls_left = None
+                    raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1099511627776 "
+                                       "bytes.")
+            return x
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input(data[0].shape[1:]), keras.layers.Conv2D(8, 3, activation="relu"),
+                              RunsOutOfMemoryOnce(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    RunsOutOfMemoryOnce.calls_left = 1
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0)])
+    out = capsys.readouterr().out
+    assert "ran out of device memory. Why" in out and "batch 16" in out and "conv2d" in out, out

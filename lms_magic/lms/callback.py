@@ -265,17 +265,13 @@ class LMS(keras.callbacks.Callback):
         from .explain import out_of_memory_account
         from .samples import zeros_like_batch
 
-        if shapes is None or not self.stats.batch_size:
-            print("lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
-                  "batch_size=...) says what filled it and the largest batch each way of training fits")
-        else:
-            try:
-                data = zeros_like_batch(shapes)
-            except Exception:  # a batch this cannot rebuild (dicts of inputs): said, never raised
-                data = None
-            print(out_of_memory_account(self._keras_model, data, self.stats.batch_size) if data is not None else
-                  "lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
-                  "batch_size=...) says what filled it")
+        try:
+            data = zeros_like_batch(shapes) if shapes is not None and self.stats.batch_size else None
+        except Exception:  # a batch this cannot rebuild (dicts of inputs): said, never raised
+            data = None
+        print(out_of_memory_account(self._keras_model, data, self.stats.batch_size) if data is not None else
+              "lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
+              "batch_size=...) says what filled it and the largest batch each way of training fits")
         try:
             error.lms_magic_explained = True  # the magics around the fit do not say it again
         except AttributeError:

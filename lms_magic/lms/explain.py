@@ -1,6 +1,6 @@
 """Why a fit does not fit, and what will, without training: ``explain_fit``.
 
-One traced step per batch size (the predictors ``%lms_tune`` uses: each framework's ``predictor``) gives the step's predicted
+One traced step per batch size (``predictors.StepPredictors``, as ``%lms_tune``'s) gives the step's predicted
 device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
 and the Keras layers whose tensors hold the most at the peak. Against the device's capacity
 (given, the GPU's, or ``simulate_accelerator``'s), it finds the largest batch each way of training
@@ -171,49 +171,33 @@ class FitExplanation:
         printer.text(str(self))
 
 
-class _Predictors:
-    """The step predictors of each way of training, made once each (what ``TuningSession`` holds for the tuner)."""
+class _Ways:
+    """The predictor of the way of training being looked at, among a model's ``StepPredictors``."""
 
     def __init__(self, model, data, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
                  host_device: str | None = None):
-        from .framework import check_devices, framework, refuse_unavailable
         from .options import LmsOptions
-        from .samples import take_samples
+        from .predictors import StepPredictors
 
-        self.chosen = framework()
-        if self.chosen.tuner_refusal is not None:
-            raise ValueError(f"explain_fit predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras runs on "
-                             f"{self.chosen.name!r}: there, LMS(...) and %%lms_fit plan for the fit itself; run "
-                             "explain_fit with KERAS_BACKEND=tensorflow or jax")
-        self.options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device)
-        self.unavailable = dict(self.chosen.unavailable)
-        refuse_unavailable(self.options, self.unavailable)
-        if "device" not in self.unavailable:
-            check_devices(self.options.device, self.options.host_device)
-        self.model, self.samples = model, take_samples(data, 2)
-        self._made: dict[tuple, object] = {}
+        self.predictors = StepPredictors(model, data, LmsOptions(min_bytes=min_bytes, device=device,
+                                                                 host_device=host_device), refusal=_REFUSAL)
+        self.unavailable = self.predictors.unavailable
+        self.predictor = self.predictors.get()
         self._bandwidth = None
-        self.predictor = self._predictor(False, False)
-
-    def _predictor(self, lean_ops: bool, recompute):
-        if (lean_ops, recompute) not in self._made:
-            self._made[(lean_ops, recompute)] = self.chosen.predictor(self.model, self.samples, self.options, lean_ops,
-                                                                      False, recompute)
-        return self._made[(lean_ops, recompute)]
 
     def set_options(self, lean_ops: bool = False, recompute=False) -> None:
-        self.predictor = self._predictor(lean_ops, recompute)
+        self.predictor = self.predictors.get(lean_ops, False, recompute)
 
     def step_cost(self, batch_size: int):
-        """The step's :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: the traced step's FLOPs at the
-        device's rate, and the host link's bandwidth (measured once per process)."""
+        """The step's estimated cost at ``batch_size`` (the host link measured once per process)."""
         from ..memory.bandwidth import host_link_bandwidth
-        from .core.costs import StepCost
 
         self._bandwidth = self._bandwidth or host_link_bandwidth()
-        return StepCost(self.predictor.estimated_compute_s(batch_size, self.options.device),
-                        "estimated: " + self.predictor.compute_estimate, self._bandwidth.device_to_host,
-                        self._bandwidth.host_to_device)
+        return self.predictors.step_cost(self.predictor, batch_size, self._bandwidth)
+
+
+_REFUSAL = ("explain_fit predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras backend has neither: "
+            "there, LMS(...) and %%lms_fit plan for the fit itself; run explain_fit with KERAS_BACKEND=tensorflow or jax")
 
 
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
@@ -264,7 +248,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         raise ValueError(f"modes: {sorted(unknown)} unknown; the ways of training are {[mode[0] for mode in MODES]}")
     capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
     usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    session = _Predictors(model, data, **options)
+    session = _Ways(model, data, **options)
     chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
     plain = session.predictor.explain(0, 1, batch_size)
     results, frontier = [], []
@@ -281,29 +265,33 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target)
 
 
-def _predicted(session, with_lms: bool, batch: int, capacity_bytes: int | None) -> tuple[int, float | None]:
-    """The predicted peak and step ratio at ``batch``: without LMS, or with its default plan for the capacity."""
+def _prediction(session, with_lms: bool, batch: int, capacity_bytes: int | None):
+    """The prediction at ``batch``: without LMS, or with its default plan for the capacity."""
     if not with_lms:
-        return session.predictor.predict(0, 1, batch).peak_bytes, 1.0
-    planned = session.predictor.planned(1, batch, capacity_bytes)
-    return planned.peak_bytes, session.step_cost(batch).ratio(planned.swapped_bytes_per_step)
+        return session.predictor.predict(0, 1, batch)
+    return session.predictor.planned(1, batch, capacity_bytes)
+
+
+def _predicted(session, with_lms: bool, batch: int, capacity_bytes: int | None) -> tuple[int, float | None]:
+    """The predicted peak and step ratio at ``batch`` (the step ratio 1.0 without LMS)."""
+    prediction = _prediction(session, with_lms, batch, capacity_bytes)
+    if not with_lms:
+        return prediction.peak_bytes, 1.0
+    return prediction.peak_bytes, session.step_cost(batch).ratio(prediction.swapped_bytes_per_step)
 
 
 def _mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: int | None,
               usable: int | None) -> ModeFit:
-    predictor = session.predictor
     with_lms = bool(magic)
 
     def peak_at(batch: int) -> int:
-        if with_lms:
-            return predictor.planned(1, batch, capacity_bytes).peak_bytes
-        return predictor.predict(0, 1, batch).peak_bytes
+        return _prediction(session, with_lms, batch, capacity_bytes).peak_bytes
 
     peak_bytes, ratio = _predicted(session, with_lms, batch_size, capacity_bytes)
     if usable is None:
         return ModeFit(name, peak_bytes, None, None, ratio, magic)
     # the peak grows about linearly with the batch: the guess from the batch asked for, past the weights
-    persistent = predictor.persistent_bytes
+    persistent = session.predictor.persistent_bytes
     per_sample = max(1.0, (peak_bytes - persistent) / batch_size)
     guess = max(1, int((usable - persistent) / per_sample))
     largest = largest_fitting(lambda batch: peak_at(batch) <= usable, guess)

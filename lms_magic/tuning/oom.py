@@ -34,7 +34,7 @@ def fit_data(args: tuple, kwargs: dict):
     if x is None:
         raise ValueError("the fit was given no data")
     if y is not None or hasattr(x, "shape"):
-        return (x, y), int(batch_size or DEFAULT_BATCH_SIZE)
+        return ((x,) if y is None else (x, y)), int(batch_size or DEFAULT_BATCH_SIZE)
     from ..lms.samples import take_samples
 
     first = take_samples(x, 1)  # a dataset of batches: the leading dimension of its first element's first array
@@ -108,7 +108,6 @@ class OutOfMemoryExplained(_FitPatched):
         super().__init__()
         self._say, self._explain = say, explain
         self._pending: list[tuple] = []
-        self.explained = 0  # how many errors were explained
 
     def fit(self, original, model, args, kwargs):
         __tracebackhide__ = True  # noqa: F841
@@ -124,7 +123,6 @@ class OutOfMemoryExplained(_FitPatched):
         """Prints the explanation of each out-of-memory error seen so far (once each)."""
         pending, self._pending = self._pending, []
         for _, model, args, kwargs in pending:
-            self.explained += 1
             self._say(self._explain(model, args, kwargs))
 
 
@@ -135,14 +133,12 @@ class FitsExplained(_FitPatched):
     def __init__(self, say: Callable[[str], None] = print):
         super().__init__()
         self._say = say
-        self.explanations: list = []
 
     def fit(self, original, model, args, kwargs):
         from ..lms.explain import explain_fit
 
         data, batch_size = fit_data(args, kwargs)
         found = explain_fit(model, data, batch_size=batch_size)
-        self.explanations.append(found)
         self._say(str(found))
         return found
 

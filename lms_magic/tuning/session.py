@@ -74,28 +74,18 @@ class TuningSession:
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
                  bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
-        from ..lms.framework import check_devices
-        from ..lms.framework import framework
+        from ..lms.predictors import StepPredictors
         from ..memory.bandwidth import host_link_bandwidth
-        from .trials import TrialRunner, take_samples
+        from .trials import TrialRunner
 
-        self.framework = chosen = framework()
-        if chosen.tuner_refusal is not None:
-            raise ValueError(chosen.tuner_refusal)
         self.batch_size = whole_number("batch_size", batch_size, 1)
         whole_number("steps", steps, 1)
         options = LmsOptions(min_bytes=min_bytes, device=device, host_device=host_device, budget_bytes=budget,
                              lean_ops=lean_ops, order_backward=order_backward, recompute=_tunable(recompute))
+        self.predictors = StepPredictors(model, data, options)
         # an option this backend does not take -> why (refused here and in set_options; the widget disables it)
-        self.unavailable: dict[str, str] = dict(chosen.unavailable)
-        self._predictors: dict[tuple, object] = {}  # (lean_ops, order_backward, recompute) -> its predictor
-        refuse_unavailable(options, self.unavailable)
-        if "device" not in self.unavailable:
-            check_devices(options.device, options.host_device)
-        self._new_predictor = lambda lean, order, recompute: chosen.predictor(model, samples, options, lean, order,
-                                                                              recompute)
-        samples = take_samples(data, 2)  # the predictors' shapes (the lambdas read it when called)
-        self.predictor = self._predictor_for(options.lean_ops, options.order_backward, options.recompute)
+        self.unavailable = self.predictors.unavailable
+        self.predictor = self.predictors.get(options.lean_ops, options.order_backward, options.recompute)
         self.budget_bytes = None
         self.set_budget(options.budget_bytes)
         self.lms_options = {"min_bytes": options.min_bytes, "host_device": options.host_device,
@@ -104,13 +94,6 @@ class TuningSession:
         self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
         self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []
-        self._estimated_compute: dict[int, float] = {}  # batch size -> the FLOP estimate's compute seconds
-
-    def _predictor_for(self, lean_ops: bool, order_backward: bool, recompute):
-        key = (lean_ops, order_backward, recompute)
-        if key not in self._predictors:
-            self._predictors[key] = self._new_predictor(*key)
-        return self._predictors[key]
 
     def set_options(self, lean_ops: bool | None = None, order_backward: bool | None = None, recompute=None) -> None:
         """Switches ``lean_ops``, ``order_backward`` and ``recompute`` (False or "only"; None: as they are) for
@@ -126,7 +109,7 @@ class TuningSession:
         options = LmsOptions(**chosen)
         refuse_unavailable(options, self.unavailable)
         self.lms_options.update(chosen)
-        self.predictor = self.runner.predictor = self._predictor_for(options.lean_ops, options.order_backward,
+        self.predictor = self.runner.predictor = self.predictors.get(options.lean_ops, options.order_backward,
                                                                      options.recompute)
         self.runner.options.update(chosen)
 
@@ -151,16 +134,7 @@ class TuningSession:
     def step_cost(self, batch_size: int):
         """The :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: the compute of the fastest measured
         trial, else the traced step's matrix FLOPs at the device's rate (an estimate, which says so)."""
-        from ..lms.core.costs import StepCost
-
-        link = (self.bandwidth.device_to_host, self.bandwidth.host_to_device)
-        measured = self.compute_s(batch_size)
-        if measured is not None:
-            return StepCost(measured, "measured: the fastest trial's step, per sample", *link)
-        if batch_size not in self._estimated_compute:
-            self._estimated_compute[batch_size] = self.predictor.estimated_compute_s(batch_size,
-                                                                                     self.lms_options["device"])
-        return StepCost(self._estimated_compute[batch_size], "estimated: " + self.predictor.compute_estimate, *link)
+        return self.predictors.step_cost(self.predictor, batch_size, self.bandwidth, self.compute_s(batch_size))
 
     def estimate(self, setting: Setting) -> Estimate:
         """The prediction for ``setting``: no training, one memoised replay."""

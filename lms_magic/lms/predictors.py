@@ -1,0 +1,58 @@
+"""A model's step predictors, one per way of training, and the step's estimated cost: what the tuner
+(``tuning/session.py``) and ``explain_fit`` (``explain.py``) both predict with (no framework import here)."""
+
+from __future__ import annotations
+
+from .options import LmsOptions
+
+
+class StepPredictors:
+    """The framework's step predictor (``Framework.predictor``) of ``model`` for each ``(lean_ops, order_backward,
+    recompute)``, made on first use from two samples of ``data``.
+
+    Args:
+        model: a compiled Keras model.
+        data: ``(x, y)`` arrays or a ``tf.data.Dataset`` (``samples.take_samples``).
+        options: the checked options (``min_bytes``, the filters, ``device``, ``host_device``).
+        refusal: the message where the framework has no predictor. Defaults to the framework's own.
+
+    Raises:
+        ValueError: no predictor on this framework, an option it does not take, an unknown device, or bad data.
+    """
+
+    def __init__(self, model, data, options: LmsOptions, refusal: str | None = None):
+        from .framework import check_devices, framework, refuse_unavailable
+        from .samples import take_samples
+
+        self.framework = framework()
+        if self.framework.tuner_refusal is not None:
+            raise ValueError(refusal or self.framework.tuner_refusal)
+        self.unavailable: dict[str, str] = dict(self.framework.unavailable)  # option -> why it is not taken
+        refuse_unavailable(options, self.unavailable)
+        if "device" not in self.unavailable:
+            check_devices(options.device, options.host_device)
+        self.model, self.options, self.samples = model, options, take_samples(data, 2)
+        self._made: dict[tuple, object] = {}
+        self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
+
+    def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False):
+        """The predictor for these options (made once)."""
+        key = (lean_ops, order_backward, recompute)
+        if key not in self._made:
+            self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)
+        return self._made[key]
+
+
+    def step_cost(self, predictor, batch_size: int, bandwidth, compute_s: float | None = None):
+        """The :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: ``compute_s`` where one was measured
+        (said so), else ``predictor``'s traced step FLOPs at the device's rate (once per predictor and batch size);
+        the host link's ``bandwidth``."""
+        from .core.costs import StepCost
+
+        link = (bandwidth.device_to_host, bandwidth.host_to_device)
+        if compute_s is not None:
+            return StepCost(compute_s, "measured: the fastest trial's step, per sample", *link)
+        key = (id(predictor), batch_size)  # the predictors live as long as this object
+        if key not in self._compute_s:
+            self._compute_s[key] = predictor.estimated_compute_s(batch_size, self.options.device)
+        return StepCost(self._compute_s[key], "estimated: " + predictor.compute_estimate, *link)

@@ -1,7 +1,8 @@
 """Why a fit does not fit, and what will, without training: ``explain_fit``.
 
-One traced step per batch size (``predictors.StepPredictors``, as ``%lms_tune``'s) gives the step's predicted
-device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
+The traced step (``predictors.StepPredictors``, as ``%lms_tune``'s: on TensorFlow two traces per way of training,
+every other batch size read off them, ``StepPredictor.rescale_batches``; on JAX a jaxpr per batch size) gives the
+step's predicted device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
 and the Keras layers whose tensors hold the most at the peak. Against the device's capacity
 (given, the GPU's, or ``simulate_accelerator``'s), it finds the largest batch each way of training
 fits: without LMS, with LMS's default plan, with ``recompute="only"`` and with ``lean_ops``, each
@@ -174,7 +175,7 @@ class FitExplanation:
 class _Ways:
     """The predictor of the way of training being looked at, among a model's ``StepPredictors``."""
 
-    def __init__(self, model, data, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
+    def __init__(self, model, data, batch_size: int, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
                  host_device: str | None = None):
         from .options import LmsOptions
         from .predictors import StepPredictors
@@ -182,11 +183,20 @@ class _Ways:
         self.predictors = StepPredictors(model, data, LmsOptions(min_bytes=min_bytes, device=device,
                                                                  host_device=host_device), refusal=_REFUSAL)
         self.unavailable = self.predictors.unavailable
-        self.predictor = self.predictors.get()
+        self.batch_size = batch_size
+        self.predictor = self._traced_once(self.predictors.get())
         self._bandwidth = None
 
     def set_options(self, lean_ops: bool = False, recompute=False) -> None:
-        self.predictor = self.predictors.get(lean_ops, False, recompute)
+        self.predictor = self._traced_once(self.predictors.get(lean_ops, False, recompute))
+
+    def _traced_once(self, predictor):
+        """``predictor`` traced at the batch asked for; past one more trace, every other batch size read off those
+        two (TensorFlow's ``StepPredictor.rescale_batches``; JAX's traces are cheap)."""
+        if hasattr(predictor, "rescale_batches") and not predictor.rescale_batches:
+            predictor.trace(self.batch_size)
+            predictor.rescale_batches = True
+        return predictor
 
     def step_cost(self, batch_size: int):
         """The step's estimated cost at ``batch_size`` (the host link measured once per process)."""
@@ -204,9 +214,9 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
                 speed_target: float = 0.9, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will: no training.
 
-    Traces the train step (a few times per way of training, at the batch sizes the search needs) and
-    predicts its device peak; explains the peak without LMS by kind and by Keras layer; and, against the
-    device's capacity, finds the largest batch without LMS, with LMS's default plan, with
+    Traces the train step (on TensorFlow twice per way of training, every other batch size read off those two; on
+    JAX at each batch size the search needs) and predicts its device peak; explains the peak without LMS by kind
+    and by Keras layer; and, against the device's capacity, finds the largest batch without LMS, with LMS's default plan, with
     ``recompute="only"`` and with ``lean_ops`` (where the backend offers them).
 
     Args:
@@ -216,8 +226,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         capacity: the device's memory ("16GiB" or bytes). Defaults to the device LMS relieves (the first
             GPU, or the accelerator ``lms_magic.simulate_accelerator(memory=...)`` made); None where there is none.
         modes: the names of ``MODES`` to consider. Defaults to all.
-        batch_sizes: batch sizes for the frontier: each way's predicted peak and step time at each (one trace
-            per batch size and way). Defaults to none.
+        batch_sizes: batch sizes for the frontier: each way's predicted peak and step time at each. Defaults to
+            none.
         speed_target: the share of plain speed the frontier's "largest batch at speed" asks for. Defaults to 0.9.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
@@ -248,7 +258,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         raise ValueError(f"modes: {sorted(unknown)} unknown; the ways of training are {[mode[0] for mode in MODES]}")
     capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
     usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    session = _Ways(model, data, **options)
+    session = _Ways(model, data, batch_size, **options)
     chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
     plain = session.predictor.explain(0, 1, batch_size)
     results, frontier = [], []
@@ -294,7 +304,13 @@ def _mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: i
     persistent = session.predictor.persistent_bytes
     per_sample = max(1.0, (peak_bytes - persistent) / batch_size)
     guess = max(1, int((usable - persistent) / per_sample))
-    largest = largest_fitting(lambda batch: peak_at(batch) <= usable, guess)
+
+    def fits(batch: int) -> bool:
+        if with_lms and session.predictor.predict(-1, 1, batch).peak_bytes <= usable:
+            return True  # every eligible tensor moved fits: so does the plan, the fewest bytes that fit (one replay)
+        return peak_at(batch) <= usable
+
+    largest = largest_fitting(fits, guess)
     return ModeFit(name, peak_bytes, peak_bytes <= usable, largest, ratio, magic)
 
 

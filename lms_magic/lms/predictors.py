@@ -39,7 +39,10 @@ class StepPredictors:
         """The predictor for these options (made once)."""
         key = (lean_ops, order_backward, recompute)
         if key not in self._made:
-            self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)
+            made = self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)
+            traced = self._made.get((lean_ops, order_backward, False))
+            if recompute and traced is not None and hasattr(made, "share_traces"):  # the same step, moved otherwise
+                made.share_traces(traced)
         return self._made[key]
 
 

@@ -321,14 +321,15 @@ class Tuner:
 
     def show_frontier(self):
         """The frontier (``explain_fit``): predicted peak by batch size, without LMS and with its plan, at the batch
-        slider's sizes, against the budget; one trace per size and way, so it waits for the button."""
+        slider's sizes, against the budget; two traces (the other sizes read off them) and a plan search per size, so it
+        waits for the button."""
         from ..lms.core.plan import CAPACITY_HEADROOM
         from ..lms.explain import explain_fit
         from .plots import display_figure, frontier_figure
 
         session = self.session
         budget = self.controls["budget_mib"].value * MIB
-        self.status.value = "frontier: tracing the step at each batch size..."
+        self.status.value = "frontier: tracing the step and predicting each batch size..."
         self.frontier = explain_fit(  # a capacity whose usable part is the budget
             session.runner.model, session.runner.data, batch_size=session.batch_size,
             capacity=int(budget / (1 - CAPACITY_HEADROOM)), modes=("without LMS", "LMS"),

@@ -25,10 +25,12 @@ _CONVOLUTIONS = {"Conv2D": ("input", 1), "_FusedConv2D": ("input", 1), "Conv2DBa
 _PRODUCTS = frozenset({"MatMul", "_FusedMatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
 
 
-def _shape(tensor, batch_size: int | None) -> tuple[int, ...] | None:
+def _shape(tensor, batch_size) -> tuple[int, ...] | None:
+    from .rewrite import sized_dims
+
     if tensor.shape.rank is None:
         return None
-    dims = [batch_size if dim is None else dim for dim in tensor.shape.as_list()]
+    dims = sized_dims(tensor, batch_size)
     return None if any(dim is None for dim in dims) else tuple(dims)
 
 

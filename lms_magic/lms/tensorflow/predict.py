@@ -18,7 +18,7 @@ from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS
                     is_recompute_op,
                     is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
 from .partitions import nodes_from_partitions, swap_ins, swapped_in
-from .rewrite import TensorCandidate, static_bytes
+from .rewrite import TensorCandidate, sized_dims, static_bytes
 
 __all__ = ["TracedStep", "train_partitions", "executed_peaks"]
 
@@ -137,8 +137,7 @@ class TracedStep:
         if op is None or index >= len(op.outputs):
             return LiveTensor(name, layer_of(name)[0], None, 0, kind_of_op(name, optimizer_scope, swapped))
         tensor = op.outputs[index]
-        shape = None if tensor.shape.rank is None else tuple(self.batch_size if dim is None else dim
-                                                             for dim in tensor.shape.as_list())
+        shape = None if tensor.shape.rank is None else tuple(sized_dims(tensor, self.batch_size))
         return LiveTensor(tensor.name, layer_of(op.name)[0], shape, 0,
                           kind_of_op(op.name, optimizer_scope, swapped, is_input=op.type in INPUT_OPS))
 

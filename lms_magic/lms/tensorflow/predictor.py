@@ -1,13 +1,16 @@
 """Instant predictions for any LMS setting: trace the train step once per batch size, replay on demand.
 
-The train step is traced once per batch size (about 11-16 s for ResNet-50 on
-2 cores; a trace with an unknown batch dimension would be cheaper, but its
-other unknown dimensions would be sized as the batch, which over-predicts large
-batches several-fold), with its replay nodes built once; each (``lb``, batch
-size) gets its candidates once, and every prediction after that is one
-liveness replay (about 50 ms for ResNet-50's 9,000 ops), memoised. This
-is what the tuning sliders call, and what ``predict_step`` and the budget
-search use.
+The train step is traced once per batch size (seconds for ResNet-50 on 2 cores;
+a trace with an unknown batch dimension would be cheaper, but its other unknown
+dimensions would be sized as the batch, which over-predicts large batches
+several-fold), with its replay nodes built once; each (``lb``, batch size) gets
+its candidates once, and every prediction after that is one liveness replay
+(about 50 ms for ResNet-50's 9,000 ops), memoised. This is what the tuning
+sliders call, and what ``predict_step`` and the budget search use. With
+``rescale_batches`` (``explain_fit``'s searches over batch sizes), two traces
+serve every batch size: each tensor dimension that differs between them grows
+linearly with the batch (``rewrite.Rescaled``), which predicts what a trace at
+that batch does, to the byte on the tested models.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from .lean import LeanOps
 from ..persistent import persistent_tensors
 from .predict import TracedStep
 from .recompute import plan_recomputes
-from .rewrite import find_candidates, layer_resolver
+from .rewrite import Rescaled, find_candidates, layer_resolver
 
 
 def _specs(sample, batch_size: int):
@@ -87,9 +90,24 @@ class StepPredictor(PrefixPredictions):
         self._orders: dict[int, tuple] = {}  # batch size -> find_candidates' order, where ordered
         self._candidates: dict[tuple[int, int], list] = {}
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
+        self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
+        self._source = None  # what _rescale_source found (False: the two traces differ)
+
+    rescale_batches = False  # with True, batch sizes past the first two traced are read off those two (see trace)
 
     def trace(self, batch_size: int) -> TracedStep:
-        """The train step traced at ``batch_size`` (once per batch size)."""
+        """The train step traced at ``batch_size`` (once per batch size). With ``rescale_batches`` (and no
+        ``order_backward``), a batch size past the first two traced is read off those two traces (``Rescaled``:
+        each dimension that differs between them grows linearly with the batch) where their ops correspond by
+        name; else traced."""
+        if batch_size not in self._steps and self.rescale_batches and not self.order_backward:
+            source = self._rescale_source()
+            if source is not None:
+                (first, step), (other, other_dims) = source
+                input_bytes = [spec.shape.num_elements() * spec.dtype.size
+                               for spec in tf.nest.flatten(_specs(self.sample, batch_size))]
+                self._steps[batch_size] = self._plain[batch_size] = TracedStep(
+                    step.ops, Rescaled(first, batch_size, other, other_dims), self.host_device, input_bytes)
         if batch_size not in self._steps:
             specs = _specs(self.sample, batch_size)
             started = time.perf_counter()
@@ -99,6 +117,7 @@ class StepPredictor(PrefixPredictions):
             input_bytes = [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
             plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,
                                                                                    self.host_device, input_bytes)
+            self._traced.append(batch_size)
             if self.order_backward:
                 plain.nodes()  # read before the order changes the ops' control inputs
                 unordered, _ = find_candidates(plain.ops, self._layer_of, 1, batch_size)
@@ -110,14 +129,32 @@ class StepPredictor(PrefixPredictions):
                     attempt.remove()
         return self._steps[batch_size]
 
+    def share_traces(self, other: "StepPredictor") -> None:
+        """Reads its steps off ``other``'s traces (made and to be made): a predictor of the same model, step
+        (``lean_ops``, ``order_backward``) and sample that differs only in what it moves (``recompute``)."""
+        self._steps, self._plain, self._orders, self._traced = other._steps, other._plain, other._orders, other._traced
+
+    def _rescale_source(self):
+        """The first two traces, as ``((batch, step), (other batch, its tensors' dimensions by name))``, where their
+        ops correspond by name (the same code traced twice); None where fewer than two are made or they differ."""
+        if len(self._traced) < 2:
+            return None
+        if self._source is None:
+            (first, second) = (self._plain[batch] for batch in self._traced[:2])
+            same = [op.name for op in first.ops] == [op.name for op in second.ops]
+            self._source = ((first.batch_size, first), (second.batch_size, {
+                tensor.name: tensor.shape.as_list() for op in second.ops for tensor in op.outputs
+                if tensor.shape.rank is not None})) if same else False
+        return self._source or None
+
     def candidates(self, lb: int, batch_size: int) -> list:
         """The eligible candidates (TensorCandidate) at this ``lb`` and batch size, in forward order."""
         whole_number("lb", lb, 1)
         whole_number("batch_size", batch_size, 1)
         key = (lb, batch_size)
         if key not in self._candidates:
-            found, _ = find_candidates(self.trace(batch_size).ops, self._layer_of, lb, batch_size,
-                                       order=self._orders.get(batch_size))
+            step = self.trace(batch_size)
+            found, _ = find_candidates(step.ops, self._layer_of, lb, step.batch_size, order=self._orders.get(batch_size))
             if self.recompute == "only":  # as the backend plans it: the recomputable ones, in forward order
                 recomputable = plan_recomputes(found, self.trace(batch_size).ops)
                 found = [item for item in found if item.tensor.name in recomputable]
@@ -153,7 +190,8 @@ class StepPredictor(PrefixPredictions):
         (``compute.py``): a lower bound on the step's compute time."""
         from .compute import device_flops_per_s, step_flops
 
-        return step_flops(self.trace(batch_size).ops, batch_size) / device_flops_per_s(device)
+        step = self.trace(batch_size)
+        return step_flops(step.ops, step.batch_size) / device_flops_per_s(device)
 
 
 __all__ = ["StepPredictor", "Prediction"]

@@ -57,11 +57,54 @@ class SwapRecord:
     landed: str = ""  # the op on the consumers' device that they read the swapped-in tensor from
 
 
-def static_bytes(tensor, batch_size: int | None) -> int | None:
+@dataclass(frozen=True)
+class Rescaled:
+    """The sizes of a step traced at batch ``traced``, read as at batch ``to``, from a second trace of the same
+    step at batch ``other`` (``other_dims``: each tensor's dimensions there, by name). A dimension that differs
+    between the two traces grows linearly with the batch (the batch itself, or the batch merged with another
+    dimension by a reshape); one that does not is the model's. Exact for every dimension linear in the batch.
+
+    Example:
+        >>> rescaled = Rescaled(8, 20, 16, {"x:0": [16, 224, 16 * 24]})
+        >>> rescaled.dims("x:0", [8, 224, 8 * 24]), rescaled.dims("y:0", [8, None])
+        ([20, 224, 480], [20, 20])
+    """
+
+    traced: int
+    to: int
+    other: int
+    other_dims: dict = field(repr=False, compare=False)
+
+    def dims(self, name: str, dims: list) -> list:
+        second = self.other_dims.get(name)
+        if second is None or len(second) != len(dims):
+            second = [None] * len(dims)
+        return [self._dim(first, again) for first, again in zip(dims, second)]
+
+    def _dim(self, first: int | None, again: int | None) -> int:
+        if first is None:
+            return self.to
+        if again is None:  # not known in the other trace: the batch where it equals the traced one
+            return self.to if first == self.traced else first
+        return first + (again - first) * (self.to - self.traced) // (self.other - self.traced)
+
+
+def sized_dims(tensor, batch_size) -> list:
+    """``tensor``'s dimensions at ``batch_size``: an int or None fills the unknown ones; a :class:`Rescaled`
+    reads them as at its batch."""
+    dims = tensor.shape.as_list()
+    if isinstance(batch_size, Rescaled):
+        return batch_size.dims(tensor.name, dims)
+    return [batch_size if dim is None else dim for dim in dims]
+
+
+def static_bytes(tensor, batch_size) -> int | None:
+    """The tensor's bytes, its unknown dimensions sized as ``batch_size`` (see :func:`sized_dims`); None where
+    its shape is not known."""
     shape = tensor.shape
     if shape.rank is None:
         return None
-    dims = [batch_size if dim is None else dim for dim in shape.as_list()]
+    dims = sized_dims(tensor, batch_size)
     if any(dim is None for dim in dims):
         return None
     count = 1
@@ -162,7 +205,7 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
                 if trigger is None or nbytes is None:
                     continue  # no backward op to wait for: swapping would bring it straight back
                 layer, layer_type = layer_of(op.name)
-                shape = tuple(batch_size if d is None else d for d in tensor.shape.as_list())
+                shape = tuple(sized_dims(tensor, batch_size))
                 candidate = Candidate(tensor.name, layer, layer_type, shape, nbytes, index)
                 candidates.append(TensorCandidate(candidate, tensor, consumers,
                                                   [c for c in readers if c.type in SHAPE_OPS], trigger, hops))

@@ -1,0 +1,73 @@
+"""How long ``explain_fit`` takes for a frontier over many batch sizes (predictions only, nothing trained).
+
+keras.applications' ResNet50 at 224x224 (no weights downloaded), SGD with momentum, against a 16 GiB device: the
+explanation at ``--batch``, the largest batch each way of training fits, and the frontier at every ``--step``
+from ``--step`` to ``--largest``. Printed: the wall time, the traces made, and the frontier's largest batch at 90%
+of plain speed.
+
+    python benchmarks/explain_frontier.py --batch 64 --step 64 --largest 1024
+"""
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="ResNet50")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--step", type=int, default=64)
+    parser.add_argument("--largest", type=int, default=1024)
+    parser.add_argument("--capacity", default="16GiB")
+    parser.add_argument("--profile", action="store_true", help="print the 30 costliest calls (cProfile)")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import lms_magic
+    from lms_magic.lms.tensorflow.predictor import StepPredictor
+
+    traces = []
+    trace = StepPredictor.trace
+
+    def counted(self, batch_size):
+        made = getattr(self, "_traced", None)  # the batch sizes traced (where the predictor reads others off two)
+        before = len(self._steps if made is None else made)
+        step = trace(self, batch_size)
+        if len(self._steps if made is None else made) > before:
+            traces.append(batch_size)
+        return step
+
+    StepPredictor.trace = counted
+    keras.utils.set_random_seed(0)
+    model = getattr(keras.applications, args.model)(weights=None, input_shape=(args.size, args.size, 3))
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+    data = (np.zeros((2, args.size, args.size, 3), "float32"), np.zeros(2, "int32"))
+    sizes = list(range(args.step, args.largest + 1, args.step))
+    started = time.perf_counter()
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.enable()
+    found = lms_magic.explain_fit(model, data, batch_size=args.batch, capacity=args.capacity, batch_sizes=sizes)
+    wall_s = time.perf_counter() - started
+    if args.profile:
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+    print(f"TensorFlow {tf.__version__}, {args.model} {args.size}x{args.size}, batch {args.batch}, capacity "
+          f"{args.capacity}, frontier at {len(sizes)} batch sizes {sizes[0]}..{sizes[-1]} x {len(found.modes)} ways")
+    print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}; the others read off two)")
+    print(found)
+
+
+if __name__ == "__main__":
+    main()

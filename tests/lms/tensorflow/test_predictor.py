@@ -1,0 +1,52 @@
+"""Batch sizes read off two traces (``StepPredictor.rescale_batches``, what ``explain_fit`` searches with): the same
+predictions as a trace at each batch size, to the byte."""
+
+import keras
+import numpy as np
+import pytest
+
+from lms_magic.lms.core.plan import Selection
+from lms_magic.lms.tensorflow.predictor import StepPredictor
+from tests import models
+from tests.conftest import DEVICES
+
+from .test_real_models import reduced
+
+
+def attention():
+    """A transformer block: attention scores (batch, heads, 24, 24), a 4x-wide feed-forward, LayerNormalization."""
+    keras.utils.set_random_seed(2)
+    inputs = keras.Input((24, 32))
+    x = keras.layers.LayerNormalization()(inputs + keras.layers.MultiHeadAttention(4, 8)(inputs, inputs))
+    x = keras.layers.Dense(32)(keras.layers.Dense(128, activation="gelu")(x))
+    return keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+
+
+def predictors(build):
+    model = build()
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    sample = (np.zeros((2,) + tuple(model.input_shape[1:]), "float32"), np.zeros(2, "int32"))
+    return (StepPredictor(model, sample, Selection(min_bytes=0), DEVICES.host) for _ in range(2))
+
+
+def assert_same_predictions(exact, rescaled, batch):
+    for n_tensors in (0, -1):
+        assert rescaled.predict(n_tensors, 1, batch) == exact.predict(n_tensors, 1, batch), (n_tensors, batch)
+    capacity = int(0.9 * exact.predict(0, 1, batch).peak_bytes)
+    assert rescaled.planned(1, batch, capacity) == exact.planned(1, batch, capacity)
+    assert rescaled.eligible(1, batch) == exact.eligible(1, batch)
+    assert rescaled.explain(-1, 1, batch) == exact.explain(-1, 1, batch)
+    assert rescaled.estimated_compute_s(batch, "/CPU:0") == pytest.approx(exact.estimated_compute_s(batch, "/CPU:0"))
+
+
+@pytest.mark.parametrize("build", [models.residual_bn_dropout, reduced("resnet"), attention],
+                         ids=["residual", "resnet", "attention"])
+def test_a_batch_read_off_two_traces_predicts_as_its_own_trace(devices, build):
+    """The attention block's Dense layers reshape (batch, 24, 32) to (batch * 24, 32): a dimension that grows with
+    the batch without being it. ResNet's 7x7 stem and the 10 classes: widths equal to a batch traced."""
+    exact, rescaled = predictors(build)
+    rescaled.trace(7)  # the batch asked for, as explain_fit traces it
+    rescaled.rescale_batches = True
+    for batch in (10, 24, 3):
+        assert_same_predictions(exact, rescaled, batch)
+    assert rescaled._traced == [7, 10]  # two traces for every batch size

@@ -175,7 +175,7 @@ class FitExplanation:
 class _Ways:
     """The predictor of the way of training being looked at, among a model's ``StepPredictors``."""
 
-    def __init__(self, model, data, batch_size: int, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
+    def __init__(self, model, data, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
                  host_device: str | None = None):
         from .options import LmsOptions
         from .predictors import StepPredictors
@@ -183,20 +183,13 @@ class _Ways:
         self.predictors = StepPredictors(model, data, LmsOptions(min_bytes=min_bytes, device=device,
                                                                  host_device=host_device), refusal=_REFUSAL)
         self.unavailable = self.predictors.unavailable
-        self.batch_size = batch_size
-        self.predictor = self._traced_once(self.predictors.get())
+        self.predictor = self.predictors.get()
         self._bandwidth = None
 
     def set_options(self, lean_ops: bool = False, recompute=False) -> None:
-        self.predictor = self._traced_once(self.predictors.get(lean_ops, False, recompute))
-
-    def _traced_once(self, predictor):
-        """``predictor`` traced at the batch asked for; past one more trace, every other batch size read off those
-        two (TensorFlow's ``StepPredictor.rescale_batches``; JAX's traces are cheap)."""
-        if hasattr(predictor, "rescale_batches") and not predictor.rescale_batches:
-            predictor.trace(self.batch_size)
-            predictor.rescale_batches = True
-        return predictor
+        """The way of training looked at; its first prediction is at the batch asked for (``explain_fit``), so that
+        batch is one of the two TensorFlow traces (``StepPredictors.get``)."""
+        self.predictor = self.predictors.get(lean_ops, False, recompute)
 
     def step_cost(self, batch_size: int):
         """The step's estimated cost at ``batch_size`` (the host link measured once per process)."""
@@ -258,7 +251,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         raise ValueError(f"modes: {sorted(unknown)} unknown; the ways of training are {[mode[0] for mode in MODES]}")
     capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
     usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    session = _Ways(model, data, batch_size, **options)
+    session = _Ways(model, data, **options)
     chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
     plain = session.predictor.explain(0, 1, batch_size)
     results, frontier = [], []

@@ -36,10 +36,14 @@ class StepPredictors:
         self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
 
     def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False):
-        """The predictor for these options (made once)."""
+        """The predictor for these options (made once). On TensorFlow, past the first two batch sizes it traces,
+        it reads every other batch size off those two (``StepPredictor.rescale_batches``): the batch asked for
+        first is traced, a new one on the batch slider is instant from the third."""
         key = (lean_ops, order_backward, recompute)
         if key not in self._made:
             made = self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)
+            if hasattr(made, "rescale_batches"):
+                made.rescale_batches = True
             traced = self._made.get((lean_ops, order_backward, False))
             if recompute and traced is not None and hasattr(made, "share_traces"):  # the same step, moved otherwise
                 made.share_traces(traced)

@@ -68,6 +68,7 @@ class Framework:
     name: str = ""  # Keras's name for the backend: "tensorflow", "torch", "jax"
     version_modules: tuple[str, ...] = ()  # the framework modules whose versions LMS checks, besides Keras
     tuner_refusal: str | None = None  # why %lms_tune does not run on this framework, or None where it does
+    predictor_unavailable: dict[str, str] = {}  # option -> why the predictor (explain_fit) does not predict it
     trials_measure_peak = False  # whether a measured trial on a GPU reads the allocator's peak (else the prediction)
     unavailable: dict[str, str] = {}  # option -> why it is not honoured (noted in the stats, refused by the tuner)
 
@@ -94,7 +95,8 @@ class Framework:
 
     @classmethod
     def predictor(cls, model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute) -> Any:
-        """The tuner's predictor for ``options``; by default a ValueError saying why the tuner does not run here."""
+        """The predictor (the tuner's, ``explain_fit``'s) for ``options``; by default a ValueError saying why the
+        tuner does not run here."""
         raise ValueError(cls.tuner_refusal or f"the tuner does not run on {cls.name!r}")
 
     @staticmethod

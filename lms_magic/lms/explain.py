@@ -1,8 +1,8 @@
 """Why a fit does not fit, and what will, without training: ``explain_fit``.
 
 The traced step (``predictors.StepPredictors``, as ``%lms_tune``'s: on TensorFlow two traces per way of training,
-every other batch size read off them, ``StepPredictor.rescale_batches``; on JAX a jaxpr per batch size) gives the
-step's predicted device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
+every other batch size read off them, ``StepPredictor.rescale_batches``; on JAX a jaxpr per batch size; on PyTorch
+the step run at two small batch sizes, ``torch/predictor.py``) gives the step's predicted device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
 and the Keras layers whose tensors hold the most at the peak. Against the device's capacity
 (given, the GPU's, or ``simulate_accelerator``'s), it finds the largest batch each way of training
 fits: without LMS, with LMS's default plan, with ``recompute="only"`` and with ``lean_ops``, each
@@ -181,7 +181,7 @@ class _Ways:
         from .predictors import StepPredictors
 
         self.predictors = StepPredictors(model, data, LmsOptions(min_bytes=min_bytes, device=device,
-                                                                 host_device=host_device), refusal=_REFUSAL)
+                                                                 host_device=host_device), tuner=False)
         self.unavailable = self.predictors.unavailable
         self.predictor = self.predictors.get()
         self._bandwidth = None
@@ -199,21 +199,18 @@ class _Ways:
         return self.predictors.step_cost(self.predictor, batch_size, self._bandwidth)
 
 
-_REFUSAL = ("explain_fit predicts on TensorFlow's traced step or JAX's jaxpr, and this Keras backend has neither: "
-            "there, LMS(...) and %%lms_fit plan for the fit itself; run explain_fit with KERAS_BACKEND=tensorflow or jax")
-
-
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
                 speed_target: float = 0.9, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will: no training.
 
     Traces the train step (on TensorFlow twice per way of training, every other batch size read off those two; on
-    JAX at each batch size the search needs) and predicts its device peak; explains the peak without LMS by kind
+    JAX at each batch size the search needs; on PyTorch runs it, without updating anything, at two small batch
+    sizes and reads the others off) and predicts its device peak; explains the peak without LMS by kind
     and by Keras layer; and, against the device's capacity, finds the largest batch without LMS, with LMS's default plan, with
     ``recompute="only"`` and with ``lean_ops`` (where the backend offers them).
 
     Args:
-        model: a compiled Keras model (TensorFlow or JAX backend).
+        model: a compiled Keras model (TensorFlow, JAX or PyTorch backend).
         data: ``(x, y)`` arrays or a ``tf.data.Dataset``, as for ``fit``.
         batch_size: the batch the user asks for.
         capacity: the device's memory ("16GiB" or bytes). Defaults to the device LMS relieves (the first

@@ -14,20 +14,21 @@ class StepPredictors:
         model: a compiled Keras model.
         data: ``(x, y)`` arrays or a ``tf.data.Dataset`` (``samples.take_samples``).
         options: the checked options (``min_bytes``, the filters, ``device``, ``host_device``).
-        refusal: the message where the framework has no predictor. Defaults to the framework's own.
+        tuner: for the tuner, which refuses where the framework says so (``tuner_refusal``); ``explain_fit``'s
+            predictions run on every framework. Defaults to True.
 
     Raises:
         ValueError: no predictor on this framework, an option it does not take, an unknown device, or bad data.
     """
 
-    def __init__(self, model, data, options: LmsOptions, refusal: str | None = None):
+    def __init__(self, model, data, options: LmsOptions, tuner: bool = True):
         from .framework import check_devices, framework, refuse_unavailable
         from .samples import take_samples
 
         self.framework = framework()
-        if self.framework.tuner_refusal is not None:
-            raise ValueError(refusal or self.framework.tuner_refusal)
-        self.unavailable: dict[str, str] = dict(self.framework.unavailable)  # option -> why it is not taken
+        if tuner and self.framework.tuner_refusal is not None:
+            raise ValueError(self.framework.tuner_refusal)
+        self.unavailable: dict[str, str] = {**self.framework.unavailable, **self.framework.predictor_unavailable}
         refuse_unavailable(options, self.unavailable)
         if "device" not in self.unavailable:
             check_devices(options.device, options.host_device)

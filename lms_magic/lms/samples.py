@@ -59,7 +59,8 @@ def batch_shapes(data):
         if isinstance(data, (tuple, list)):
             return tuple(batch_shapes(item) for item in data)
         dims = data.shape.as_list() if hasattr(data.shape, "as_list") else list(data.shape)
-        return tuple(dims), getattr(data.dtype, "as_numpy_dtype", data.dtype)
+        dtype = getattr(data.dtype, "as_numpy_dtype", data.dtype)
+        return tuple(dims), str(dtype).replace("torch.", "") if "torch" in str(dtype) else dtype  # torch's by name
     except AttributeError:
         return None
 

@@ -29,6 +29,7 @@ from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..memo import PLANS, RememberedPlan, options_key
 from ..persistent import persistent_bytes
+from ..samples import batch_shapes
 from ..options import LmsOptions
 from .offload import OffloadEvent, TorchOffloader
 from .predict import RecomputeChoice, SavedTensorStep, choose_recomputes
@@ -59,6 +60,7 @@ class TorchBackend:
         self._memo_key = None  # what this fit's plan is remembered under (memo.py), from the first batch's shapes
         self._remembered: RememberedPlan | None = None  # an earlier fit's plan, where this fit reuses it
         self._lean = None
+        self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first step saw them
         self._recorder, self._recomputed = None, []
         if options.recompute:
             self._recorder = InputRecorder(recomputable_layers(model, options.selection), options.selection)
@@ -85,6 +87,7 @@ class TorchBackend:
         def lms_train_step(data):
             if self._memo_key is None:
                 self._recall(data)
+                self.batch_shapes = batch_shapes(data)  # what an out-of-memory error is explained on (callback.py)
             if self._remembered is not None and self._remembered.stepped_out:
                 return original(data)  # nothing moves: no hook
             return self.offloader.run(original, data)

@@ -9,7 +9,8 @@ from ..options import LmsOptions
 
 
 class TorchFramework(Framework):
-    """Keras's PyTorch backend: LMS offloads autograd's saved tensors (``backend.py``); no tuner.
+    """Keras's PyTorch backend: LMS offloads autograd's saved tensors (``backend.py``); ``explain_fit`` predicts
+    from two small steps (``predictor.py``); no tuner.
 
     Example:
         >>> TorchFramework.name, sorted(TorchFramework.unavailable)
@@ -22,6 +23,16 @@ class TorchFramework(Framework):
                      "there, LMS(...) and %%lms_fit plan for the fit itself (stats.device_peak_bytes), or run the tuner "
                      "with KERAS_BACKEND=tensorflow or jax")
     unavailable = {"order_backward": "not available on PyTorch: the backward pass runs in autograd's order"}
+    predictor_unavailable = {
+        "recompute": "not predicted on PyTorch: LMS(recompute=...) chooses its layers during the fit's first step",
+        "lean_ops": "not predicted on PyTorch: LMS(lean_ops=True) is measured during the fit"}
+
+    @staticmethod
+    def predictor(model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute):
+        """``explain_fit``'s predictor: the step run at two small batch sizes (torch/predictor.py); swaps alone."""
+        from .predictor import TorchStepPredictor
+
+        return TorchStepPredictor(model, samples, options.selection)
 
     @staticmethod
     def devices() -> list[str]:

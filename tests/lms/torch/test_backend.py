@@ -167,11 +167,3 @@ def test_lms_tune_says_what_to_use_on_pytorch(shell, data):
     shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
     with pytest.raises(UsageError, match="TensorFlow's traced step or JAX's jaxpr.*'torch'.*%%lms_fit"):
         shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16")
-
-
-def test_explain_fit_says_what_to_use_on_torch(data):
-    """No step predictor on PyTorch before a fit: explain_fit refuses before anything runs, and says where it runs."""
-    from lms_magic import explain_fit
-
-    with pytest.raises(ValueError, match="KERAS_BACKEND=tensorflow or jax"):
-        explain_fit(residual_bn_dropout(), data, batch_size=16, capacity="64MiB")

@@ -1,0 +1,176 @@
+"""Predictions for any batch size on PyTorch, without training: ``explain_fit``'s predictor there.
+
+PyTorch has no graph to trace, so the step is run: forward, loss and backward, no optimizer update, at two
+small batch sizes (``PROBE_BATCHES``), with the offloader's saved-tensor hooks watching (nothing is copied).
+What autograd saved, in forward order, and the backward pass's reads of it make a
+:class:`~lms_magic.lms.torch.predict.SavedTensorStep`; each saved activation's size and shape at any other
+batch are read off the two runs (linear in the batch), as LMS's offload plan sees them. The model's weights,
+normalisation statistics and seed states are put back after each run.
+
+The peak is the one ``LMS()`` predicts in the fit's first step on a CPU: the eligible saved activations
+(the replay) with the weights and the optimizer's state held through the step. Gradients, temporaries and
+workspaces are left out (on a GPU, LMS's first step adds what the allocator's peak shows beyond them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from ..core.peak import LiveTensor, explain_peak
+from ..core.plan import Candidate, Selection
+from ..core.prediction import PrefixPredictions
+from ..core.simulate import replay, with_swaps
+from ..options import compiled_model, whole_number
+from ..persistent import persistent_tensors
+from .offload import TorchOffloader
+from .predict import SavedTensorStep
+
+PROBE_BATCHES = (2, 3)  # the batch sizes the step runs at; every other is read off them
+
+
+class TorchStepPredictor(PrefixPredictions):
+    """Predicts a model's step peak on PyTorch for any batch size and prefix of its saved activations offloaded.
+
+    Args:
+        model: a compiled Keras model (PyTorch backend).
+        sample: one batch ``(x, y)`` or ``(x, y, sample_weight)`` of any size (it gives the shapes and dtypes).
+        selection: the static filters (``min_bytes``, layers); its ``n_tensors`` is ignored. Defaults to all.
+
+    Raises:
+        ValueError: the model is not compiled, or its saved activations differ between the two runs.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")
+        ...                           for _ in range(6)] + [keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> predictor = TorchStepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
+        >>> few, many = predictor.predict(0, batch_size=1024), predictor.predict(-1, batch_size=1024)
+        >>> many.peak_bytes < few.peak_bytes == few.peak_bytes_without_lms
+        True
+    """
+
+    compute_estimate = "the step's matrix FLOPs (torch.utils.flop_counter) at the device's matrix-product rate"
+
+    def __init__(self, model, sample, selection: Selection | None = None):
+        compiled_model(model)
+        self.model, self.sample, self.selection = model, tuple(sample), selection or Selection()
+        self._persistent = persistent_tensors(model)
+        self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
+        self._runs = [self._run(batch) for batch in PROBE_BATCHES]
+        (first, _, _), (second, _, _) = self._runs
+        if [(c.layer, len(c.shape)) for c in first] != [(c.layer, len(c.shape)) for c in second]:
+            raise ValueError("explain_fit: the model saved different activations at batch sizes "
+                             f"{PROBE_BATCHES[0]} and {PROBE_BATCHES[1]}, so no other batch size can be read off them")
+        self._steps: dict[int, tuple[list[Candidate], SavedTensorStep]] = {}
+
+    def _run(self, batch_size: int):
+        """The step's saved activations (forward order), the backward pass's reads of them (as positions) and
+        its matrix FLOPs, at ``batch_size``; the model's variables as they were after."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        data = [None if leaf is None else np.concatenate([np.asarray(leaf)] * batch_size)[:batch_size]
+                for leaf in self.sample]
+        x, y, sample_weight = (data + [None, None])[:3]
+        model = self.model
+        variables = [v for v in model.non_trainable_variables]
+        kept = [(v, v.value.detach().clone()) for v in variables]
+        reads: list[Candidate] = []
+        offloader = TorchOffloader(Selection(min_bytes=0), observer=lambda event: event.kind == "read" and
+                                   reads.append(event.candidate))
+        offloader.n_tensors, offloader.watch_all = 0, True  # watched, nothing copied
+
+        def step(_):
+            y_pred = model(x, training=True)
+            model.zero_grad()
+            model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True).backward()
+
+        try:
+            with FlopCounterMode(display=False) as flops:
+                offloader.run(step, None)
+        finally:
+            model.zero_grad()
+            with torch.no_grad():
+                for variable, value in kept:
+                    variable.value.copy_(value)
+            offloader.close()
+        position = {c.tensor: index for index, c in enumerate(offloader.candidates)}
+        return offloader.candidates, [position[c.tensor] for c in reads if c.tensor in position], \
+            flops.get_total_flops()
+
+    def _step(self, batch_size: int) -> tuple[list[Candidate], SavedTensorStep]:
+        """The saved activations at ``batch_size`` and their step (lb=1), read off the two runs."""
+        whole_number("batch_size", batch_size, 1)
+        if batch_size not in self._steps:
+            (first, reads, _), (second, _, _) = self._runs
+            low, high = PROBE_BATCHES
+
+            def at(one: int, two: int) -> int:
+                return one + (two - one) * (batch_size - low) // (high - low)
+
+            candidates = [dataclasses.replace(c, shape=tuple(at(a, b) for a, b in zip(c.shape, other.shape)),
+                                              nbytes=at(c.nbytes, other.nbytes))
+                          for c, other in zip(first, second)]
+            eligible = self.selection.eligible(candidates)  # as LMS's probe records them (min_bytes at this batch)
+            self._steps[batch_size] = eligible, SavedTensorStep(eligible, [candidates[i] for i in reads])
+        return self._steps[batch_size]
+
+    def eligible(self, lb: int, batch_size: int) -> list[Candidate]:
+        return self._step(batch_size)[0]
+
+    def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
+        eligible, step = self._step(batch_size)
+        step.lb = lb
+        return step.transient_peak(eligible[:count])
+
+    def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict:
+        """``stats["peak"]`` (core/peak.py) with the first ``n_tensors`` eligible saved activations offloaded
+        (-1: all): the peak's phase, its bytes by kind, the largest tensors and the layers holding the most."""
+        count = self._count(n_tensors, lb, batch_size)
+        eligible, step = self._step(batch_size)
+        step.lb = lb
+        swaps = [swap for swap in (step._swap(c) for c in eligible[:count]) if swap is not None]
+        result = replay(with_swaps(step.nodes, swaps), explain=True)
+        by_node = {f"f{index}": c for index, c in enumerate(eligible)}
+
+        def describe(tensor) -> LiveTensor:
+            candidate = by_node.get(tensor[0].split(":", 1)[0])  # "f3", or a swap's "f3:0/device_copy"
+            if candidate is None:
+                return LiveTensor(tensor[0], "", None, 0, "other")
+            kind = "activations_swapped_in" if tensor[0].endswith("/device_copy") else "activations_kept"
+            return LiveTensor(candidate.tensor, candidate.layer, candidate.shape, 0, kind)
+
+        phase = "backward" if (result.peak_after or "").startswith("b") else "forward"
+        return explain_peak(result, describe, self._persistent, phase, result.peak_after or "")
+
+    def estimated_compute_s(self, batch_size: int, device: str | None = None) -> float:
+        """The step's matrix FLOPs at ``batch_size`` (read off the two runs' counts) at the device's measured
+        matrix-product rate: a lower bound on the step's compute time."""
+        (_, _, low_flops), (_, _, high_flops) = self._runs
+        low, high = PROBE_BATCHES
+        flops = low_flops + (high_flops - low_flops) * (batch_size - low) / (high - low)
+        return max(0.0, flops) / _device_flops_per_s()
+
+
+def _device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
+    """PyTorch's float32 matrix-product rate on the default device (FLOP/s), timed once per process."""
+    global _RATE
+    if _RATE is None:
+        import time
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
+        (a @ b).sum().item()
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            (a @ b)[0, 0].item()
+            times.append(time.perf_counter() - started)
+        _RATE = 2 * size**3 / sorted(times)[len(times) // 2]
+    return _RATE
+
+
+_RATE: float | None = None

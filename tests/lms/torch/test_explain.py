@@ -1,0 +1,78 @@
+"""explain_fit on PyTorch: the step run at two small batch sizes, nothing updated, every other batch read off them
+(lms/torch/predictor.py)."""
+
+import numpy as np
+
+import lms_magic
+from lms_magic import LMS
+from lms_magic.lms.core.plan import Selection
+from lms_magic.lms.torch.predict import SavedTensorStep
+from lms_magic.lms.torch.predictor import TorchStepPredictor
+
+from .models import cnn, images, residual_bn_dropout
+
+
+def test_explain_fit_says_what_fills_the_step_and_what_fits_and_changes_nothing():
+    model = residual_bn_dropout()
+    before = [variable.numpy().copy() for variable in model.variables]
+    found = lms_magic.explain_fit(model, images(), batch_size=32, capacity="2MiB", min_bytes=0)
+    assert all(np.array_equal(a, variable.numpy()) for a, variable in zip(before, model.variables))  # BN's too
+    assert not model.optimizer.built  # nothing trained: the optimizer is as compile() left it
+    peak = found.peak
+    assert peak["bytes"] == sum(peak["by_kind"].values()) == found.modes[0].peak_bytes
+    assert peak["by_kind"]["activations_kept"] > peak["by_kind"]["weights"]
+    assert {row["layer"].rstrip("_0123456789") for row in peak["layers"][:6]} <= {"batch_normalization", "conv2d"}
+    plain, lms, recompute, lean = found.modes
+    assert plain.fits is False and lms.fits is True and found.suggestion == "%%lms_fit"
+    assert plain.largest_batch < 32 < lms.largest_batch
+    assert "not predicted on PyTorch" in recompute.unavailable and "not predicted on PyTorch" in lean.unavailable
+    assert lms.step_ratio is not None  # the FLOP count of the run, at the device's rate
+
+
+def test_a_batch_read_off_the_two_runs_is_the_run_at_that_batch():
+    x, y = images()
+    predictor = TorchStepPredictor(residual_bn_dropout(), (x[:2], y[:2]))
+    eligible, read_off = predictor._step(16)
+    run, reads, _ = predictor._run(16)
+    assert [(c.layer, c.shape, c.nbytes) for c in eligible] == [(c.layer, c.shape, c.nbytes) for c in run]
+    ran = SavedTensorStep(run, [run[i] for i in reads])
+    for count in (0, len(run) // 2, len(run)):
+        assert read_off.transient_peak(eligible[:count]) == ran.transient_peak(run[:count])
+
+
+def test_the_peak_without_lms_is_what_lms_predicts_in_its_first_step():
+    """The CNN has no compiled metrics, whose variables Keras makes in the first fit."""
+    x, y = images()
+    found = lms_magic.explain_fit(cnn(), (x, y), batch_size=16, modes=("without LMS",), min_bytes=0)
+    callback = LMS(min_bytes=0, verbose=0)
+    cnn().fit(x[:16], y[:16], batch_size=16, epochs=1, verbose=0, callbacks=[callback])
+    assert found.modes[0].peak_bytes == callback.stats.device_peak_bytes_without_lms
+
+
+def test_an_lms_step_that_runs_out_of_memory_says_why_above_the_error(capsys):
+    """PyTorch's OutOfMemoryError in an LMS() step (raised by a layer at the fit's batch, as a full GPU would): the
+    account of the step at that batch is printed, then the error comes through unchanged, the weights as they were."""
+    import keras
+    import pytest
+    import torch
+
+    class FullDevice(keras.layers.Layer):
+        def call(self, x, training=False):
+            if training and x.shape[0] >= 16:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 GiB")
+            return x
+
+        def compute_output_shape(self, shape):
+            return shape
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, activation="relu"), FullDevice(),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(torch.OutOfMemoryError, match="1024.00 GiB"):
+        model.fit(*images(32), batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0)])
+    out = capsys.readouterr().out
+    assert "ran out of device memory" in out and "batch 16: the step needs" in out, out
+    assert "the layers holding the most at the peak: conv2d" in out
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))

@@ -100,6 +100,7 @@ class FitExplanation:
     modes: list[ModeFit] = field(default_factory=list)
     frontier: list[FrontierPoint] = field(default_factory=list)  # with explain_fit(..., batch_sizes=...)
     speed_target: float = 0.9  # the share of a plain step's speed that "at speed" asks for
+    caveat: str = ""  # what the backend's prediction leaves out, where that matters to the answers
 
     def largest_at_speed(self) -> FrontierPoint | None:
         """The frontier's largest batch that fits at ``speed_target`` of plain speed or better (a step at most
@@ -156,6 +157,8 @@ class FitExplanation:
             if best is not None:
                 lines.append(f"the largest batch at {self.speed_target:.0%} of plain speed or better: {best.batch_size}, "
                              f"{best.mode}")
+        if self.caveat:
+            lines.append(self.caveat)
         if self.suggestion:
             lines.append(f"to train batch {self.batch_size}: put `{self.suggestion}` on the cell's first line")
         elif self.modes and self.modes[0].fits is False:
@@ -262,7 +265,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         for size in sizes:
             peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
             frontier.append(FrontierPoint(size, name, peak_bytes, ratio, None if usable is None else peak_bytes <= usable))
-    return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target)
+    return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
+                          getattr(session.predictor, "caveat", ""))
 
 
 def _prediction(session, with_lms: bool, batch: int, capacity_bytes: int | None):

@@ -34,7 +34,8 @@ def explanation_html(found) -> str:
             for mode in found.modes]
     device = (f"the device: {found.capacity_bytes / MIB:.1f} MiB, LMS plans to fill {found.usable_bytes / MIB:.1f}"
               if found.capacity_bytes else "no device capacity known")
-    notes = [device] + ([f"to train batch {found.batch_size}: {found.suggestion}"] if found.suggestion else [])
+    notes = [device] + ([found.caveat] if found.caveat else []) + \
+        ([f"to train batch {found.batch_size}: {found.suggestion}"] if found.suggestion else [])
     modes = html_table(["training", f"peak MiB at batch {found.batch_size}", "fits", "largest batch",
                         "step time (x plain, predicted)", "how"], rows, "lms-magic-explain", left_columns=(0, 5),
                        notes=notes)

@@ -54,6 +54,9 @@ class TorchStepPredictor(PrefixPredictions):
     """
 
     compute_estimate = "the step's matrix FLOPs (torch.utils.flop_counter) at the device's matrix-product rate"
+    caveat = ("PyTorch: the peaks count the saved activations, weights and optimizer state, not the activations' "
+              "gradients and temporaries, which grow with the batch: the largest batches are upper bounds, far above "
+              "what fits with LMS (docs/explain.md#where-it-runs)")
 
     def __init__(self, model, sample, selection: Selection | None = None):
         compiled_model(model)

@@ -27,6 +27,7 @@ def test_explain_fit_says_what_fills_the_step_and_what_fits_and_changes_nothing(
     assert plain.largest_batch < 32 < lms.largest_batch
     assert "not predicted on PyTorch" in recompute.unavailable and "not predicted on PyTorch" in lean.unavailable
     assert lms.step_ratio is not None  # the FLOP count of the run, at the device's rate
+    assert "upper bounds" in str(found)  # what the PyTorch peak leaves out is said with the answers
 
 
 def test_a_batch_read_off_the_two_runs_is_the_run_at_that_batch():

@@ -77,3 +77,14 @@ def test_an_lms_step_that_runs_out_of_memory_says_why_above_the_error(capsys):
     assert "ran out of device memory" in out and "batch 16: the step needs" in out, out
     assert "the layers holding the most at the peak: conv2d" in out
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def test_gpumem_explain_gives_the_account_on_pytorch_and_trains_nothing(shell, data):
+    model = residual_bn_dropout()
+    before = [w.copy() for w in model.get_weights()]
+    shell.user_ns.update(model=model, x=data[0], y=data[1])
+    assert shell.run_cell("%%gpumem --explain\nfound = model.fit(x, y, batch_size=32, epochs=1, verbose=0)").success
+    found = shell.user_ns["found"]
+    assert found.batch_size == 32 and found.peak["bytes"] == found.modes[0].peak_bytes > 0
+    assert "upper bounds" in str(found)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))

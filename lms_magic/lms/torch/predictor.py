@@ -86,10 +86,13 @@ class TorchStepPredictor(PrefixPredictions):
                                    reads.append(event.candidate))
         offloader.n_tensors, offloader.watch_all = 0, True  # watched, nothing copied
 
-        def step(_):
+        def step(_):  # Keras's train step less the optimizer's update and the metrics
             y_pred = model(x, training=True)
             model.zero_grad()
-            model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True).backward()
+            compute = getattr(model, "_compute_loss", None)  # Keras 3.5's is compute_loss, without `training`
+            loss = compute(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True) if compute else \
+                model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+            loss.backward()
 
         try:
             with FlopCounterMode(display=False) as flops:

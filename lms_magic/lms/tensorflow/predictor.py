@@ -40,6 +40,11 @@ def _specs(sample, batch_size: int):
     return tf.nest.map_structure(spec, tuple(sample))
 
 
+def _input_bytes(specs) -> list[int]:
+    """The bytes of each tensor of a batch of ``specs``, as the iterator yields them."""
+    return [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
+
+
 class StepPredictor(PrefixPredictions):
     """Predicts a model's train-step peak for any batch size, ``n_tensors`` and ``lb``.
 
@@ -104,19 +109,17 @@ class StepPredictor(PrefixPredictions):
             source = self._rescale_source()
             if source is not None:
                 (first, step), (other, other_dims) = source
-                input_bytes = [spec.shape.num_elements() * spec.dtype.size
-                               for spec in tf.nest.flatten(_specs(self.sample, batch_size))]
                 self._steps[batch_size] = self._plain[batch_size] = TracedStep(
-                    step.ops, Rescaled(first, batch_size, other, other_dims), self.host_device, input_bytes)
+                    step.ops, Rescaled(first, batch_size, other, other_dims), self.host_device,
+                    _input_bytes(_specs(self.sample, batch_size)))
         if batch_size not in self._steps:
             specs = _specs(self.sample, batch_size)
             started = time.perf_counter()
             with LeanOps(self.model).applied() if self.lean_ops else contextlib.nullcontext():
                 graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
             self.trace_s = time.perf_counter() - started
-            input_bytes = [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
             plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,
-                                                                                   self.host_device, input_bytes)
+                                                                                   self.host_device, _input_bytes(specs))
             self._traced.append(batch_size)
             if self.order_backward:
                 plain.nodes()  # read before the order changes the ops' control inputs

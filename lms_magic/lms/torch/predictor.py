@@ -15,6 +15,8 @@ workspaces are left out (on a GPU, LMS's first step adds what the allocator's pe
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
 
 import numpy as np
 import torch
@@ -68,7 +70,7 @@ class TorchStepPredictor(PrefixPredictions):
         if [(c.layer, len(c.shape)) for c in first] != [(c.layer, len(c.shape)) for c in second]:
             raise ValueError("explain_fit: the model saved different activations at batch sizes "
                              f"{PROBE_BATCHES[0]} and {PROBE_BATCHES[1]}, so no other batch size can be read off them")
-        self._steps: dict[int, tuple[list[Candidate], SavedTensorStep]] = {}
+        self._steps: dict[tuple[int, int], tuple[list[Candidate], SavedTensorStep]] = {}
 
     def _run(self, batch_size: int):
         """The step's saved activations (forward order), the backward pass's reads of them (as positions) and
@@ -107,10 +109,11 @@ class TorchStepPredictor(PrefixPredictions):
         return offloader.candidates, [position[c.tensor] for c in reads if c.tensor in position], \
             flops.get_total_flops()
 
-    def _step(self, batch_size: int) -> tuple[list[Candidate], SavedTensorStep]:
-        """The saved activations at ``batch_size`` and their step (lb=1), read off the two runs."""
+    def _step(self, batch_size: int, lb: int = 1) -> tuple[list[Candidate], SavedTensorStep]:
+        """The eligible saved activations at ``batch_size`` and their step at ``lb``, read off the two runs."""
         whole_number("batch_size", batch_size, 1)
-        if batch_size not in self._steps:
+        whole_number("lb", lb, 1)
+        if (batch_size, lb) not in self._steps:
             (first, reads, _), (second, _, _) = self._runs
             low, high = PROBE_BATCHES
 
@@ -121,23 +124,21 @@ class TorchStepPredictor(PrefixPredictions):
                                               nbytes=at(c.nbytes, other.nbytes))
                           for c, other in zip(first, second)]
             eligible = self.selection.eligible(candidates)  # as LMS's probe records them (min_bytes at this batch)
-            self._steps[batch_size] = eligible, SavedTensorStep(eligible, [candidates[i] for i in reads])
-        return self._steps[batch_size]
+            self._steps[batch_size, lb] = eligible, SavedTensorStep(eligible, [candidates[i] for i in reads], lb)
+        return self._steps[batch_size, lb]
 
     def eligible(self, lb: int, batch_size: int) -> list[Candidate]:
-        return self._step(batch_size)[0]
+        return self._step(batch_size, lb)[0]
 
     def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
-        eligible, step = self._step(batch_size)
-        step.lb = lb
+        eligible, step = self._step(batch_size, lb)
         return step.transient_peak(eligible[:count])
 
     def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict:
         """``stats["peak"]`` (core/peak.py) with the first ``n_tensors`` eligible saved activations offloaded
         (-1: all): the peak's phase, its bytes by kind, the largest tensors and the layers holding the most."""
         count = self._count(n_tensors, lb, batch_size)
-        eligible, step = self._step(batch_size)
-        step.lb = lb
+        eligible, step = self._step(batch_size, lb)
         swaps = [swap for swap in (step._swap(c) for c in eligible[:count]) if swap is not None]
         result = replay(with_swaps(step.nodes, swaps), explain=True)
         by_node = {f"f{index}": c for index, c in enumerate(eligible)}
@@ -161,22 +162,16 @@ class TorchStepPredictor(PrefixPredictions):
         return max(0.0, flops) / _device_flops_per_s()
 
 
+@functools.cache
 def _device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
-    """PyTorch's float32 matrix-product rate on the default device (FLOP/s), timed once per process."""
-    global _RATE
-    if _RATE is None:
-        import time
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
-        (a @ b).sum().item()
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            (a @ b)[0, 0].item()
-            times.append(time.perf_counter() - started)
-        _RATE = 2 * size**3 / sorted(times)[len(times) // 2]
-    return _RATE
-
-
-_RATE: float | None = None
+    """PyTorch's float32 matrix-product rate on the default device (FLOP/s), timed once per process: the median of
+    ``repeats`` products of two ``size`` x ``size`` matrices, after one warm-up."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
+    (a @ b).sum().item()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        (a @ b)[0, 0].item()
+        times.append(time.perf_counter() - started)
+    return 2 * size**3 / sorted(times)[len(times) // 2]

@@ -78,8 +78,9 @@ class Framework:
         raise NotImplementedError
 
     @classmethod
-    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
-        """The options with the devices checked and filled in; the device's capacity in ``stats``."""
+    def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
+        """The options with the devices checked and filled in; the device's capacity in ``stats``, and the
+        devices relieved (``stats.devices``) where ``model`` trains on several."""
         raise NotImplementedError
 
     @staticmethod

@@ -166,7 +166,7 @@ class LMS(keras.callbacks.Callback):
         self.stats = LmsStats(backend=framework.name if make is None else None, budget_bytes=self.options.budget_bytes)
         batch_size, source = internals.fit_batch_size(internals.calling_frames(depth=12))
         self.stats.update(batch_size=batch_size, batch_size_source=source)
-        options = framework.prepare(self.options, self.stats)
+        options = framework.prepare(self.options, self.stats, self._keras_model)
         if make is None:
             check_versions(framework.version_modules)
             off = framework.off_reason(options)

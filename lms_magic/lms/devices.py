@@ -2,11 +2,13 @@
 
 On a CPU-only machine (binder, a CPU Colab) there is no device memory to save,
 so LMS does nothing there. :func:`simulate_accelerator` splits TensorFlow's CPU
-into two logical devices: ``/CPU:0`` plays the accelerator (where TensorFlow
+into logical devices: ``/CPU:0`` plays the accelerator (where TensorFlow
 places the model's ops by default) and ``/CPU:1`` the host, so that
 ``%%lms_fit`` and ``%lms_tune`` show the swaps and the predicted accelerator
-peaks. The memory is the same RAM: the figures are the liveness replay's
-predictions, not a GPU's measurements.
+peaks; with ``accelerators=N``, ``/CPU:0`` .. ``/CPU:N-1`` play N accelerators
+(for a ``MirroredStrategy``) and ``/CPU:N`` the host. The memory is the same
+RAM: the figures are the liveness replay's predictions, not a GPU's
+measurements.
 """
 
 from __future__ import annotations
@@ -15,36 +17,43 @@ from .options import OptionError
 
 _simulated = False
 _simulated_memory_bytes: int | None = None  # the simulated accelerator's capacity, if one was given
+_accelerators = 1  # how many logical CPUs play accelerators (the next one is the host)
 
 
-def simulate_accelerator(memory=None) -> bool:
-    """Makes TensorFlow's CPU two logical devices, ``/CPU:0`` (the accelerator) and ``/CPU:1`` (the host),
-    where there is no GPU; LMS's defaults then use them.
+def simulate_accelerator(memory=None, accelerators: int = 1) -> bool:
+    """Makes TensorFlow's CPU logical devices, ``/CPU:0`` (the accelerator) and ``/CPU:1`` (the host),
+    where there is no GPU; LMS's defaults then use them. With ``accelerators=N``: ``/CPU:0`` .. ``/CPU:N-1``
+    play N accelerators (a ``tf.distribute.MirroredStrategy`` over them trains a replica on each, as on
+    Kaggle's two GPUs) and ``/CPU:N`` the host.
 
     Call it before TensorFlow runs anything (right after ``%load_ext lms_magic``).
 
     Args:
         memory: the simulated accelerator's capacity, in bytes or as "512MiB": LMS then plans to fit it, as
             on a GPU (nothing moves when the step fits). Defaults to None (no capacity: the lowest peak).
+        accelerators: how many accelerators to simulate, each with ``memory``. Defaults to 1.
 
     Returns:
         True where it split the CPU (or had already), False where a GPU exists (nothing is changed).
 
     Raises:
         RuntimeError: TensorFlow has already initialised its devices (the message says what to do).
-        ValueError: the Keras backend is not TensorFlow, or ``memory`` is not a size.
+        ValueError: the Keras backend is not TensorFlow, ``memory`` is not a size, or ``accelerators`` is
+            not a whole number >= 1.
 
     Example:
         >>> import lms_magic
         >>> lms_magic.simulate_accelerator()  # doctest: +SKIP
         True
     """
-    global _simulated, _simulated_memory_bytes
+    global _simulated, _simulated_memory_bytes, _accelerators
     import os
 
     from ..units import parse_bytes
 
     memory_bytes = None if memory is None else parse_bytes(memory)
+    if isinstance(accelerators, bool) or not isinstance(accelerators, int) or accelerators < 1:
+        raise ValueError(f"accelerators must be a whole number >= 1, got {accelerators!r}")
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
         raise ValueError("simulate_accelerator() splits TensorFlow's CPU; with KERAS_BACKEND="
                          f"{os.environ['KERAS_BACKEND']!r} use a GPU machine to see LMS at work")
@@ -58,15 +67,15 @@ def simulate_accelerator(memory=None) -> bool:
         return False
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    except RuntimeError:  # initialised: fine if already split (a second call)
-        if len(tf.config.list_logical_devices("CPU")) >= 2:
-            _simulated, _simulated_memory_bytes = True, memory_bytes
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * (accelerators + 1))
+    except RuntimeError:  # initialised: fine if already split so (a second call)
+        if len(tf.config.list_logical_devices("CPU")) >= accelerators + 1:
+            _simulated, _simulated_memory_bytes, _accelerators = True, memory_bytes, accelerators
             return True
         raise RuntimeError("simulate_accelerator() must run before TensorFlow initialises its devices, and "
                            "something in this process has already run TensorFlow: restart the kernel and call "
                            "it first, right after %load_ext lms_magic") from None
-    _simulated, _simulated_memory_bytes = True, memory_bytes
+    _simulated, _simulated_memory_bytes, _accelerators = True, memory_bytes, accelerators
     return True
 
 
@@ -77,9 +86,21 @@ def default_device() -> str | None:
 
 
 def default_host() -> str:
-    """Where swapped tensors wait when no host device is given: ``/CPU:1`` when the accelerator is simulated,
-    else ``/CPU:0``."""
-    return "/CPU:1" if _simulated else "/CPU:0"
+    """Where swapped tensors wait when no host device is given: the CPU after the simulated accelerators
+    (``/CPU:1`` for one), else ``/CPU:0``."""
+    return f"/CPU:{_accelerators}" if _simulated else "/CPU:0"
+
+
+def is_simulated(device: str | None) -> bool:
+    """Whether ``device`` ("/CPU:1") is one of the simulated accelerators.
+
+    Example:
+        >>> is_simulated("/GPU:0")
+        False
+    """
+    if not _simulated or device is None or not device.startswith("/CPU:"):
+        return False
+    return int(device.rsplit(":", 1)[1]) < _accelerators
 
 
 def simulated_memory_bytes() -> int | None:

@@ -59,6 +59,11 @@ class LmsStats:
     peak_without_lms: dict | None = None
     budget_bytes: int | None = None  # what the plan had to fit: the budget asked for, or the capacity less headroom
     capacity_bytes: int | None = None  # the device's memory as its framework sees it (None: not known)
+    # the devices LMS relieves, each with the same plan (a strategy's replicas, a mesh's devices); the counts,
+    # bytes and peaks here are each device's; capacity_bytes is the smallest of theirs
+    devices: list[str] = field(default_factory=list)
+    # each device's predicted peak with LMS and without, where there are several: {device: {"with_lms", "without_lms"}}
+    device_peaks: dict = field(default_factory=dict)
     plan_rule: str | None = None  # core.plan.Rule: "lowest predicted peak", "fits the device", "budget", ...
     plans_tried: int | None = None  # predictions the plan search made (TensorFlow)
     predicted_step_ratio: float | None = None  # predicted step time with LMS over the plain step (core/costs.py)

@@ -47,6 +47,9 @@ def summary_line(stats: LmsStats, words: Words) -> str:
         ...                  device_peak_bytes_without_lms=14 * 2**20, prediction_source="the replay")
         >>> summary_line(stats, Words("LMS", "tensors", "swapping", "/CPU:1", "/CPU:0", lb="lb=1"))
         'LMS: swapping 3 of 9 tensors (3.0 MiB per step, lb=1; plan: lowest predicted peak) to /CPU:1; predicted /CPU:0 peak 10.0 MiB with LMS, 14.0 MiB without (the replay)'
+        >>> stats.devices = ["/GPU:0", "/GPU:1"]  # under a MirroredStrategy
+        >>> summary_line(stats, Words("LMS", "tensors", "swapping", "/CPU:0", "/GPU:0")).split("; ")[1:3]
+        ['plan: lowest predicted peak) to /CPU:0 on each of 2 devices (/GPU:0, /GPU:1)', 'predicted per-device peak 10.0 MiB with LMS, 14.0 MiB without (the replay)']
     """
     recomputed, swapped = stats.recomputed_tensors, stats.swapped_tensors
     rule = f"first {recomputed + swapped}" if stats.plan_rule is Rule.FIRST_N else stats.plan_rule
@@ -63,8 +66,11 @@ def summary_line(stats: LmsStats, words: Words) -> str:
     else:
         what = (f"{words.verb} {swapped} of {stats.candidates} {words.unit} ({swapped_mib}"
                 f"{'; ' + plan if plan else ''}) to {words.destination}")
+    several = stats.devices if len(stats.devices) > 1 else None
+    if several:  # a distribution strategy's replicas: the same plan on each, the figures each one's
+        what += f" on each of {len(several)} devices ({', '.join(several)})"
     peak, without = stats.device_peak_bytes, stats.device_peak_bytes_without_lms
-    peaks = (f"predicted {words.device} peak {peak / MIB:.1f} MiB with LMS, "
+    peaks = (f"predicted {'per-device' if several else words.device} peak {peak / MIB:.1f} MiB with LMS, "
              + (f"{without / MIB:.1f} MiB without" if without is not None else "not predicted without")
              + f" ({stats.prediction_source})" if peak is not None else "no device peak predicted")
     ratio = stats.predicted_step_ratio if swapped or not recomputed else None

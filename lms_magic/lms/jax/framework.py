@@ -32,7 +32,7 @@ class JaxFramework(Framework):
         return [f"/{'CPU' if d.platform == 'cpu' else 'GPU'}:{d.id}" for d in jax.devices()]
 
     @classmethod
-    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+    def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
         """The options as given (JAX's default device is relieved); its capacity in ``stats``."""
         stats.capacity_bytes = _capacity_bytes()
         return options

@@ -39,6 +39,7 @@ from . import predict as _predict
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
 from .executed import ExecutedStepChecks
+from .graph import replica_prefix
 
 
 class TensorFlowBackend(ExecutedStepChecks):
@@ -57,6 +58,9 @@ class TensorFlowBackend(ExecutedStepChecks):
             raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
+        # under a distribution strategy every replica's device is relieved with the plan made for the first
+        # (``self.device``); the replay of the traced step counts the first's ops only
+        self._elsewhere = (self.host_device, *(d for d in stats.devices if d != self.device))
         self.recompute = options.recompute
         self.order_backward = options.order_backward and self.recompute is False
         if options.order_backward and not self.order_backward:
@@ -171,7 +175,7 @@ class TensorFlowBackend(ExecutedStepChecks):
             _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
         notes = list(notes)
         input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-        step = plain = _predict.TracedStep(ops, batch, self.host_device, input_bytes)
+        step = plain = _predict.TracedStep(ops, batch, self._elsewhere, input_bytes)
         if graph is not None and batch is not None and self.order_backward:
             step, candidates = self._order_backward(graph, ops, step, candidates)
         if self.recompute == "only":
@@ -215,7 +219,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         that lowers the predicted peak with every eligible candidate swapped; else as they are."""
         step.nodes()  # read before the order changes the ops' control inputs
         attempt = _ordering.ordered_step(graph, len(graph.get_operations()) - len(ops), step, self._layer_of,
-                                         self.lb, self.host_device)
+                                         self.lb, self._elsewhere)
         ordered = attempt is not None and _ordering.lowers_the_peak(self.selection, (step, candidates), attempt)
         self._ordered[step.batch_size] = ordered
         if self.stats.records is None:  # the stats are the first trace's
@@ -263,7 +267,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         records = self._insert(graph, ops, chosen_items, candidates)
         self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
-        self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device, input_bytes,
+        self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self._elsewhere, input_bytes,
                                         step.ordered)
         # with LMS: the swaps replayed on the traced step, or the step with the clones in it, replayed as it is
         traced, swaps, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
@@ -338,7 +342,10 @@ class TensorFlowBackend(ExecutedStepChecks):
 
     def _insert(self, graph, ops, items, candidates) -> list:
         """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``candidates``: all of its
-        candidates): swapped, recomputed (recompute="only": those that can be), or as the hybrid plan says."""
+        candidates): swapped, recomputed (recompute="only": those that can be), or as the hybrid plan says; under
+        a distribution strategy, on every replica (each item's mirrors too: the hybrid plan's recomputes are
+        chosen on the first replica's graphs, and the other replicas swap those tensors)."""
+        items = _rewrite_ops.with_mirrors(items)
         if self.recompute == "only":
             chains = _recompute.plan_recomputes(items, ops)
             return _recompute.insert_recomputes(graph, [chains[item.tensor.name] for item in items
@@ -348,8 +355,10 @@ class TensorFlowBackend(ExecutedStepChecks):
         return _rewrite_ops.insert_swaps(graph, items, self.host_device)
 
     def _record(self, records) -> None:
-        """The swaps and recomputes as inserted: stats' records and plan rows."""
-        self.stats.update(_recompute.records_stats(records))
+        """The swaps and recomputes as inserted: stats' records (every replica's) and the counts and plan rows
+        of one device (the first replica's, which every replica repeats)."""
+        self.stats.update(_recompute.records_stats([r for r in records if not replica_prefix(r.candidate.tensor)]))
+        self.stats.records = records
 
     def _retrace_swapped(self, graph, start: int, data) -> bool:
         """A retrace at a batch size already planned: the same tensors swapped, without searching again.
@@ -365,8 +374,8 @@ class TensorFlowBackend(ExecutedStepChecks):
         if batch not in self._chosen:
             return False
         ops = graph.get_operations()[start:]
-        attempt = _ordering.ordered_step(graph, start, _predict.TracedStep(ops, batch, self.host_device),
-                                         self._layer_of, self.lb, self.host_device) if self._ordered.get(batch) else None
+        attempt = _ordering.ordered_step(graph, start, _predict.TracedStep(ops, batch, self._elsewhere),
+                                         self._layer_of, self.lb, self._elsewhere) if self._ordered.get(batch) else None
         if attempt is not None:  # ordered as the first trace was
             ops, candidates = attempt.ops, attempt.candidates
         else:
@@ -380,7 +389,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         if self._retraces:
             self._record(records)
         if not self._run_metadata and self.step is not None:  # the executed graphs to read are this trace's
-            self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self.host_device,
+            self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self._elsewhere,
                                             self.step.input_bytes, attempt.ordered if attempt is not None else None)
         return True
 

@@ -71,7 +71,23 @@ class ExecutedStepChecks:
         if action is not Action.RETRACE and self._cost is not None:
             self.stats.update(predicted_step_ratio=self._cost.ratio(self.stats.swapped_bytes_per_step),
                               compute_s=self._cost.compute_s, compute_source=self._cost.source)
+        if action is Action.KEEP and len(self.stats.devices) > 1:
+            self._peaks_by_device(partitions)
         return action
+
+    def _peaks_by_device(self, partitions) -> None:
+        """Under a distribution strategy: each replica's device replayed on its own executed graph, with LMS and
+        without (``stats.device_peaks``; the plan was made on the first's)."""
+        peaks = {}
+        for device in self.stats.devices:
+            try:
+                with_lms, without_lms, _ = _predict.executed_peaks(partitions, device, self.step, self._persistent(),
+                                                                   self._layer_of, self._optimizer_scope())
+            except Exception as error:  # a prediction must never stop training
+                self.stats.notes.append(f"{device}'s peaks not predicted ({type(error).__name__}: {error})")
+                continue
+            peaks[device] = {"with_lms": with_lms["bytes"], "without_lms": without_lms["bytes"]}
+        self.stats.device_peaks = peaks
 
     def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
         return _predict.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,

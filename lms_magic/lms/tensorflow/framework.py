@@ -30,20 +30,39 @@ class TensorFlowFramework(Framework):
         return [device_name(device.name) for device in tf.config.list_logical_devices()]
 
     @classmethod
-    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+    def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
         """The device LMS relieves (given; else the first GPU, or the simulated accelerator; else None: no GPU),
-        the host (given, or the default), and the device's capacity in ``stats``."""
+        the host (given, or the default), and the device's capacity in ``stats``. Under a distribution strategy
+        (``model.distribute_strategy``), every replica's device (``stats.devices``), planned on the first (or
+        the one given) against the smallest capacity of theirs."""
         from .. import devices
         from ..devices import check_known_devices
+        from ..options import OptionError
 
         known = cls.devices()
         check_known_devices(options.device, options.host_device, known)
+        host = options.host_device or devices.default_host()
+        replicas = _replica_devices(model)
         device = options.device
-        if device is None:
+        if replicas:
+            if host in replicas:
+                raise OptionError("host_device", host, f"is a device the distribution strategy trains on "
+                                  f"({', '.join(replicas)}): swapping there relieves nothing; pass a device "
+                                  "outside the strategy, such as the host CPU")
+            if device is not None and device not in replicas:
+                raise OptionError("device", device, f"is not one of the distribution strategy's devices "
+                                  f"({', '.join(replicas)}): LMS relieves each of them; leave device out, or "
+                                  f"pass one of them, such as {replicas[0]!r}")
+            if device is None and all(name.startswith("/GPU") or devices.is_simulated(name) for name in replicas):
+                device = replicas[0]
+        elif device is None:
             gpus = [name for name in known if name.startswith("/GPU")]
             device = gpus[0] if gpus else devices.default_device()
-        stats.capacity_bytes = _capacity_bytes(device)
-        return options.replace(device=device, host_device=options.host_device or devices.default_host())
+        relieved = (replicas or [device]) if device is not None else []
+        stats.devices = list(relieved)
+        capacities = [capacity for capacity in map(_capacity_bytes, relieved) if capacity is not None]
+        stats.capacity_bytes = min(capacities) if capacities else None
+        return options.replace(device=device, host_device=host)
 
     @staticmethod
     def off_reason(options: LmsOptions) -> tuple[str, str] | None:
@@ -78,6 +97,19 @@ class TensorFlowFramework(Framework):
         return "measured (TensorFlow allocator)" if gpu else "predicted from the executed graph (no GPU)"
 
 
+def _replica_devices(model) -> list[str]:
+    """The devices of the model's distribution strategy, in LMS's spelling ("/GPU:0"), where it has one (a
+    ``MirroredStrategy``, ``OneDeviceStrategy``, ``MultiWorkerMirroredStrategy``: this worker's); else []."""
+    from ..options import device_name
+
+    strategy = getattr(model, "distribute_strategy", None)
+    try:
+        names = strategy.extended.worker_devices if strategy is not None else ()
+    except (RuntimeError, AttributeError, NotImplementedError):  # the default strategy has none
+        return []
+    return [device_name(name) for name in names]
+
+
 def _capacity_bytes(device: str | None) -> int | None:
     """The memory of LMS's ``device`` as TensorFlow may use it, or None where it is not known: the simulated
     accelerator's ``memory``; a GPU's logical-device memory limit where one was set, else its total memory
@@ -88,7 +120,7 @@ def _capacity_bytes(device: str | None) -> int | None:
     if device is None:
         return None
     if device.startswith("/CPU"):
-        return devices.simulated_memory_bytes() if device == devices.default_device() else None
+        return devices.simulated_memory_bytes() if devices.is_simulated(device) else None
     index = int(device.rsplit(":", 1)[1])
     limit = internals.tensorflow_memory_limit(index)
     return limit if limit is not None else devices.nvml_total_bytes(index)

@@ -50,16 +50,22 @@ FREE_OPS = frozenset({"ReadVariableOp", "Const", "HostConst", "_Arg", "_DeviceAr
 INPUT_OPS = frozenset({"IteratorGetNext", "OptionalGetValue", "_Arg"})
 
 _REPLICA_PREFIX = re.compile(r"^(replica_\d+/)?")
+# A replica's gradient ops: the tape opens its scope at the graph's top, so they read "gradient_tape/replica_N/...".
+_REPLICA_OF = re.compile(r"^(?:(?:gradient_tape|gradients(?:_\d+)?)/)?(replica_\d+/)")
 
 
 def replica_prefix(op_name: str) -> str:
-    """The ``replica_N/`` scope a distribution strategy gives a replica's ops ("" for the first replica).
+    """The ``replica_N/`` scope a distribution strategy gives a replica's ops ("" for the first replica), its
+    forward ops' ("replica_1/model/...") and its gradient ops' ("gradient_tape/replica_1/model/...") alike.
 
     Example:
         >>> replica_prefix("replica_1/model/dense/MatMul"), replica_prefix("model/dense/MatMul")
         ('replica_1/', '')
+        >>> replica_prefix("gradient_tape/replica_1/model/dense/MatMul/MatMul_1")
+        'replica_1/'
     """
-    return _REPLICA_PREFIX.match(op_name).group(0)
+    found = _REPLICA_OF.match(op_name)
+    return found.group(1) if found else ""
 
 
 def op_name_in_step(name: str) -> str:

@@ -69,12 +69,15 @@ def _joins_when_ready(nodes: list[Node]) -> list[Node]:
 class TracedStep:
     """The ops of one traced train step, with sizes and program order."""
 
-    def __init__(self, ops, batch_size: int | None, host_device: str, input_bytes=(), ordered=None):
+    def __init__(self, ops, batch_size: int | None, host_device, input_bytes=(), ordered=None):
+        """``host_device``: where swapped tensors wait; or a tuple of it and the devices whose ops are not
+        this device's (the other replicas' under a distribution strategy): their buffers are not counted."""
         self.ops = list(ops)
         self.ordered = ordered  # the backward order (core.order.Ordered) inserted in these ops, or None
         self.batch_size = batch_size
         self.input_bytes = list(input_bytes)  # the batch's tensors, as the iterator yields them
-        self._host = device_suffix(host_device)
+        self._host = tuple(device_suffix(device) for device in
+                           ((host_device,) if isinstance(host_device, str) else host_device))
         self._by_name = {op.name: op for op in self.ops}
         self._position = {op.name: index for index, op in enumerate(self.ops)}
         self._nodes: list[Node] | None = None

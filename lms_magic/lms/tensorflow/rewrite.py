@@ -42,6 +42,8 @@ class TensorCandidate:
     shape_consumers: list  # backward ops that only read its shape
     trigger: tf.Operation
     hops: int  # how far upstream of the first consumer the trigger is
+    # under a distribution strategy, the same tensor of the other replicas (``find_candidates``): moved with it
+    mirrors: list = field(default_factory=list)
 
 
 @dataclass
@@ -174,10 +176,11 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
         The candidates and notes for the user (recurrent layers left alone,
         tensors without a gate op).
     """
-    candidates: list[TensorCandidate] = []
+    by_replica: dict[str, list[TensorCandidate]] = {}
     notes: list[str] = []
     loops: set[str] = set()
-    for forward, backward in split_by_replica(ops).values():
+    for prefix, (forward, backward) in split_by_replica(ops).items():
+        candidates = by_replica.setdefault(prefix, [])
         backward_set = set(backward)
         flow = gradient_flow(backward)
         position = {op: index for index, op in enumerate(backward)} if order is None else \
@@ -209,11 +212,34 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
                 candidate = Candidate(tensor.name, layer, layer_type, shape, nbytes, index)
                 candidates.append(TensorCandidate(candidate, tensor, consumers,
                                                   [c for c in readers if c.type in SHAPE_OPS], trigger, hops))
+    candidates = _mirrored(by_replica)
     candidates = [item for item in candidates if item.candidate.layer not in loops]
     if loops:
         notes.append("LMS leaves recurrent layer(s) " + ", ".join(sorted(f"'{n}'" for n in loops)) +
                      " on the device (no tensor of theirs is swapped): their activations live inside a while loop")
     return candidates, notes
+
+
+def _mirrored(by_replica: dict[str, list[TensorCandidate]]) -> list[TensorCandidate]:
+    """The first replica's candidates (one device's: what a plan chooses from), each with the same tensor of
+    every other replica as its ``mirrors`` (a distribution strategy traces the step once a replica, the same
+    names under ``replica_N/``); one replica: its candidates as they are."""
+    first = sorted(by_replica)[0] if by_replica else ""  # "" (the first replica) sorts first
+    candidates = by_replica.get(first, [])
+    by_name = {item.tensor.name: item for item in candidates}
+    for prefix, others in by_replica.items():
+        if prefix == first:
+            continue
+        for item in others:
+            twin = by_name.get(item.tensor.name[len(prefix):])
+            if twin is not None:
+                twin.mirrors.append(item)
+    return candidates
+
+
+def with_mirrors(items: list[TensorCandidate]) -> list[TensorCandidate]:
+    """``items`` and their mirrors (the other replicas' same tensors), each item followed by its own."""
+    return [each for item in items for each in (item, *item.mirrors)]
 
 
 def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list[SwapRecord]:

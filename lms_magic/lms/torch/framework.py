@@ -41,7 +41,7 @@ class TorchFramework(Framework):
         return ["/CPU:0"] + [f"/GPU:{index}" for index in range(torch.cuda.device_count())]
 
     @classmethod
-    def prepare(cls, options: LmsOptions, stats: LmsStats) -> LmsOptions:
+    def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
         """The devices checked (None leaves the choice to the backend: the device the model trains on), and the
         device's capacity in ``stats``."""
         from ..devices import check_known_devices

@@ -107,21 +107,6 @@ def test_mixed_precision(lms_options):
     assert_same_training(plain, lms)
 
 
-def test_mirrored_strategy_on_two_logical_cpus(lms_options):
-    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
-
-    def build():
-        with strategy.scope():
-            return models.residual_bn_dropout()
-
-    callback = LMS(**lms_options)
-    lms = train(build, lambda: models.images(64, 32), [callback], batch_size=16, shuffle=False)
-    records = callback.stats.records
-    assert {r.swap_out.split("/")[0] for r in records} >= {"lms_swap_out"}
-    assert len(records) == callback.stats.swapped_tensors > 0
-    assert_same_training(train(build, lambda: models.images(64, 32), batch_size=16, shuffle=False), lms)
-
-
 def test_recurrent_layer_is_named_and_left_alone(lms_options):
     def build():
         keras.utils.set_random_seed(5)

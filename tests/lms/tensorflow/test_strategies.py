@@ -1,0 +1,133 @@
+"""LMS under tf.distribute: every replica's device relieved with one plan, as a user on two GPUs (Kaggle's T4 x2)
+runs it; here on ``simulate_accelerator(accelerators=2)`` in a fresh process (the tests' own process has its CPU
+split in two already), TensorFlow made reproducible (oneDNN off, op determinism) so that a plain fit under the
+same strategy is the reference to the bit."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SETUP = textwrap.dedent("""
+    import json, os
+    import lms_magic
+    lms_magic.simulate_accelerator(accelerators=2)
+    import keras, numpy as np, tensorflow as tf
+    from lms_magic import LMS
+    from lms_magic.lms.options import OptionError
+    tf.config.experimental.enable_op_determinism()
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
+
+    def build():
+        keras.utils.set_random_seed(3)
+        with strategy.scope():
+            inputs = keras.Input((24, 24, 3))
+            x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+            y = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+            x = keras.layers.BatchNormalization()(keras.layers.Add()([x, y]))
+            x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+            outputs = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x))
+            model = keras.Model(inputs, outputs)
+            model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
+                          keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 24, 24, 3), dtype="float32"), rng.integers(0, 10, 64)
+
+    def fit(callbacks=()):
+        model = build()
+        history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=list(callbacks))
+        return model, history.history["loss"]
+""")
+
+
+def run(body: str) -> dict:
+    """Runs SETUP and ``body`` in a fresh Python; ``body`` prints one JSON line last."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    done = subprocess.run([sys.executable, "-c", SETUP + textwrap.dedent(body)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+    """Plain and LMS fits under MirroredStrategy over two simulated accelerators: what the tests read."""
+    return run("""
+        plain, plain_loss = fit()
+        callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+        lms, lms_loss = fit([callback])
+        again = LMS(min_bytes=0, verbose=0)  # the default plan: a probe, then the plan
+        fit([again])
+        stats = callback.stats
+        print(json.dumps({
+            "same_loss": plain_loss == lms_loss, "loss": lms_loss,
+            "same_weights": all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), lms.get_weights())),
+            "devices": stats.devices, "summary": callback.summary(),
+            "swapped": stats.swapped_tensors, "candidates": stats.candidates,
+            "swap_outs": [r.swap_out for r in stats.records], "device_peaks": stats.device_peaks,
+            "planned_devices": again.stats.devices, "planned_swap_outs": [r.swap_out for r in again.stats.records],
+            "planned_peaks": again.stats.device_peaks}))
+    """)
+
+
+def replicas_of(swap_outs: list[str]) -> dict[str, set[str]]:
+    """Each replica's swapped tensors, by their name in the step (the replica's scope taken off)."""
+    by_replica: dict[str, set[str]] = {}
+    for name in swap_outs:
+        tensor = name.split("/", 1)[1]
+        replica, _, rest = tensor.partition("/")
+        key, tensor = (replica, rest) if replica.startswith("replica_") else ("replica_0", tensor)
+        by_replica.setdefault(key, set()).add(tensor)
+    return by_replica
+
+
+def test_every_replica_swaps_the_same_tensors_to_the_host(mirrored):
+    assert mirrored["devices"] == ["/CPU:0", "/CPU:1"]
+    by_replica = replicas_of(mirrored["swap_outs"])
+    assert set(by_replica) == {"replica_0", "replica_1"}
+    assert by_replica["replica_0"] == by_replica["replica_1"]
+    assert len(by_replica["replica_0"]) == mirrored["swapped"] == mirrored["candidates"] > 3  # counted per device
+    assert "to /CPU:2 on each of 2 devices (/CPU:0, /CPU:1)" in mirrored["summary"]
+    assert "predicted per-device peak" in mirrored["summary"]
+
+
+def test_each_device_peak_is_predicted_lower_with_lms(mirrored):
+    for peaks in (mirrored["device_peaks"], mirrored["planned_peaks"]):
+        assert set(peaks) == {"/CPU:0", "/CPU:1"}
+        for device, figures in peaks.items():
+            assert figures["with_lms"] < figures["without_lms"], (device, figures)
+
+
+def test_the_default_plan_is_made_once_and_run_on_every_replica(mirrored):
+    assert mirrored["planned_devices"] == ["/CPU:0", "/CPU:1"]
+    by_replica = replicas_of(mirrored["planned_swap_outs"])
+    assert by_replica and by_replica.get("replica_0") == by_replica.get("replica_1")
+
+
+def test_losses_and_weights_are_those_of_a_plain_fit_under_the_strategy_to_the_bit(mirrored):
+    assert mirrored["same_loss"] and mirrored["same_weights"], mirrored["loss"]
+
+
+def test_devices_that_cannot_work_under_the_strategy_are_refused_before_training():
+    said = run("""
+        model = build()
+        before = [w.copy() for w in model.get_weights()]
+        said = {}
+        for options in ({"host_device": "/CPU:1"}, {"device": "/CPU:2"}):
+            try:
+                model.fit(x, y, batch_size=16, verbose=0, callbacks=[LMS(verbose=0, **options)])
+                said[str(options)] = None
+            except OptionError as error:
+                said[str(options)] = str(error)
+        unchanged = all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+        print(json.dumps({"said": said, "unchanged": unchanged, "train_step": "train_step" in model.__dict__}))
+    """)
+    host, device = said["said"].values()
+    assert "host_device='/CPU:1': is a device the distribution strategy trains on" in host
+    assert "device='/CPU:2': is not one of the distribution strategy's devices (/CPU:0, /CPU:1)" in device
+    assert said["unchanged"] and not said["train_step"]

@@ -124,6 +124,8 @@ def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, 
     if without is None and plain is not None and plain.status == "ok":
         without = _gpu_allocator_peak(plain)
     label = "predicted device peak" if stats.get("peak_source") == "predicted" else "device peak"
+    if len(stats.get("devices") or ()) > 1:  # a distribution strategy's replicas: each device's figure
+        label = label.replace("device peak", "per-device peak")
     return label, stats.get("device_peak_bytes"), without
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
@@ -32,8 +33,10 @@ class TrainingState:
         variables = list(model.variables)
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
-            if not optimizer.built:
-                optimizer.build(model.trainable_variables)
+            if not optimizer.built:  # in the model's distribution strategy, as Keras's fit builds it (TensorFlow)
+                strategy = getattr(model, "distribute_strategy", None)
+                with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                    optimizer.build(model.trainable_variables)
             variables += list(optimizer.variables)
         seen, pairs = set(), []
         for variable in variables:

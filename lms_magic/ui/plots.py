@@ -198,16 +198,15 @@ def memory_bars_figure(variants):
     for variant in variants:
         label = variant.name if variant.status == "ok" else f"{variant.name}: {variant.status.upper()}"
         values = {name: get(variant) for name, get in device_rows} if variant.status == "ok" else {}
-        if predicted:  # both from LMS's replay
-            values["predicted device peak"] = lms.lms_stats.get(
-                "device_peak_bytes" if variant.name == "lms" else "device_peak_bytes_without_lms")
+        if predicted:  # both from LMS's replay; under a distribution strategy, each device's
+            values.update(_predicted_peaks(lms.lms_stats, with_lms=variant.name == "lms"))
         device[label] = {name: value for name, value in values.items() if value is not None}
         rss = variant.memory.host.peak_bytes if variant.status == "ok" and variant.memory.host else None
         host[label] = {} if rss is None else {"host RSS": rss}
     budget = lms.lms_stats.get("budget_bytes") if lms is not None else None
     device_unit = size_unit([v for values in device.values() for v in values.values()] + [budget])
     host_unit = size_unit([v for values in host.values() for v in values.values()])
-    measured = any(name != "predicted device peak" for values in device.values() for name in values)
+    measured = any(not name.startswith("predicted") for values in device.values() for name in values)
     sources = " and ".join(["measured"] * measured + ["predicted by LMS's replay"] * predicted) or "none read"
     figure = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=(
         f"device peak ({device_unit[1]}, {sources})", f"host peak ({host_unit[1]}, measured RSS)"))
@@ -223,6 +222,23 @@ def memory_bars_figure(variants):
                          annotation_text=f"{_budget_label(lms.lms_stats)} {budget / unit:.1f} {name}")
     figure.update_layout(title="peak memory", barmode="group", height=360, margin=dict(l=50, r=20, t=60, b=40))
     return figure
+
+
+def _predicted_peaks(stats: dict, with_lms: bool) -> dict:
+    """LMS's predicted device peak with it or without, as bars: one, or one a device where it relieved several.
+
+    Example:
+        >>> _predicted_peaks({"device_peak_bytes": 5, "device_peaks": {}}, with_lms=True)
+        {'predicted device peak': 5}
+        >>> _predicted_peaks({"device_peaks": {"/GPU:0": {"with_lms": 5, "without_lms": 9},
+        ...                                     "/GPU:1": {"with_lms": 6, "without_lms": 9}}}, with_lms=False)
+        {'predicted peak, /GPU:0': 9, 'predicted peak, /GPU:1': 9}
+    """
+    by_device = stats.get("device_peaks") or {}
+    key = "with_lms" if with_lms else "without_lms"
+    if len(by_device) > 1:
+        return {f"predicted peak, {device}": peaks[key] for device, peaks in by_device.items()}
+    return {"predicted device peak": stats.get("device_peak_bytes" if with_lms else "device_peak_bytes_without_lms")}
 
 
 _COLOURS = ("#636efa", "#ef553b")  # plotly's first two: a variant keeps its colour on both sides

@@ -34,6 +34,15 @@ def test_several_gpus_peak_and_increment():
     assert "GPU 1 (Fake A100)" in str(report)
 
 
+@pytest.mark.parametrize("count", [2, 4])
+def test_each_gpu_has_a_line_of_its_own(count):  # Kaggle's T4 x2, a 4-GPU machine
+    source = FakeGpuSource([FakeGpu("Fake T4", used_mib=[100, 100 + 50 * index]) for index in range(count)])
+    lines = str(profile(source).start().stop()).splitlines()
+    for index in range(count):
+        mine = [line for line in lines if line.startswith(f"GPU {index} (Fake T4): ")]
+        assert len(mine) == 1 and f"increment {50 * index:.1f} MiB" in mine[0]
+
+
 def test_missing_library_gives_a_host_only_report_with_the_reason():
     report = profile(FakeGpuSource(unavailable="no NVIDIA driver library on this machine")).start().stop()
     assert report.gpus == []

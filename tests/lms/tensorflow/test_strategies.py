@@ -131,3 +131,24 @@ def test_devices_that_cannot_work_under_the_strategy_are_refused_before_training
     assert "host_device='/CPU:1': is a device the distribution strategy trains on" in host
     assert "device='/CPU:2': is not one of the distribution strategy's devices (/CPU:0, /CPU:1)" in device
     assert said["unchanged"] and not said["train_step"]
+
+
+def test_lms_fit_compare_shows_each_devices_predicted_peak():
+    shown = run("""
+        from IPython.core.interactiveshell import InteractiveShell
+        from lms_magic.ui.plots import memory_bars_figure
+        shell = InteractiveShell.instance()
+        shell.run_line_magic("load_ext", "lms_magic")
+        shell.user_ns.update(build=build, x=x, y=y)
+        shell.run_cell("model = build()")
+        cell = shell.run_cell("%%lms_fit --compare -o -q --n-tensors -1 --min-bytes 0\\n"
+                              "model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)")
+        result = cell.result
+        bars = {trace.name: list(trace.x) for trace in memory_bars_figure(result.variants).data
+                if trace.xaxis == "x"}
+        print(json.dumps({"error": repr(cell.error_in_exec), "headline": result.headline(), "bars": bars}))
+    """)
+    assert shown["error"] == "None"
+    assert shown["headline"].startswith("LMS: predicted per-device peak -")
+    device_bars = ["predicted peak, /CPU:0", "predicted peak, /CPU:1"]
+    assert shown["bars"] == {"no_lms": device_bars, "lms": device_bars}

@@ -11,9 +11,11 @@ import math
 from .core.peak import LiveTensor
 
 
-def persistent_tensors(model) -> list[LiveTensor]:
+def persistent_tensors(model, shape_of=None) -> list[LiveTensor]:
     """The model's variables ("weights"), its optimizer's ("optimizer_state", sized on a built copy where the
-    optimizer is not built yet: the model's own is untouched) and its metrics' ("other"), each once.
+    optimizer is not built yet: the model's own is untouched) and its metrics' ("other"), each once;
+    ``shape_of`` (a variable -> the shape one device holds of it, under a distribution) sizes them, else their
+    shapes do.
 
     Example:
         >>> import keras
@@ -34,16 +36,16 @@ def persistent_tensors(model) -> list[LiveTensor]:
             if id(variable) in seen:
                 continue
             seen.add(id(variable))
-            shape = tuple(int(dim) for dim in variable.shape)
+            shape = tuple(int(dim) for dim in (variable.shape if shape_of is None else shape_of(variable)))
             name = getattr(variable, "path", None) or variable.name
             tensors.append(LiveTensor(name, name.rsplit("/", 1)[0], shape,
                                       math.prod(shape) * _itemsize(variable.dtype), kind))
     return tensors
 
 
-def persistent_bytes(model) -> int:
+def persistent_bytes(model, shape_of=None) -> int:
     """The bytes of :func:`persistent_tensors`."""
-    return sum(tensor.nbytes for tensor in persistent_tensors(model))
+    return sum(tensor.nbytes for tensor in persistent_tensors(model, shape_of))
 
 
 def _itemsize(dtype) -> int:

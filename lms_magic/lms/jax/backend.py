@@ -26,6 +26,7 @@ from ..core.summary import Words, summary_line
 from ..persistent import persistent_bytes
 from ..options import LmsOptions
 from ..samples import batch_shapes
+from .distribution import mesh_layout, shard_shape
 
 PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
                      "output held to its last reader; XLA fuses and schedules its own way)")
@@ -74,6 +75,9 @@ class JaxBackend:
         elif self.host_kind == "unpinned_host" and self.recompute is False:
             stats.notes.append("the device has no pinned host memory: outputs are offloaded to unpinned host memory")
         stats.pinned = self.host_kind == "pinned_host" and self.recompute is False
+        # under keras.distribution: planned for one device (its share of the batch, its shards of the variables)
+        self._layout = mesh_layout()
+        self._persistent_bytes = persistent_bytes(model, shard_shape if self._layout is not None else None)
 
     # -- the trace --------------------------------------------------------------------------------
     def train_step(self, original):
@@ -135,9 +139,10 @@ class JaxBackend:
         if key in self.offloaded:
             return self.offloaded[key]
         self.traces += 1
-        step = trace_step(inner, args, self._layer_types)
+        step = trace_step(inner, args, self._layer_types,
+                          self._layout.batch_shards if self._layout is not None else 1)
         eligible = self.options.selection.eligible(step.candidates)
-        persistent = persistent_bytes(self.model)
+        persistent = self._persistent_bytes
         selection, budget = self.options.selection, self.options.budget_bytes
         try:
             plan = plan_swaps(selection, eligible, step.transient_peak, persistent, budget, self.stats.capacity_bytes)
@@ -148,7 +153,7 @@ class JaxBackend:
         self.offloaded[key] = chosen
         moved = list(plan.moved)
         action = "recompute" if self.recompute == "only" else "swap"
-        self.stats.update(candidates=len(step.candidates), device_peak_bytes=plan.peak_bytes,
+        self.stats.update(candidates=len(step.candidates), persistent_bytes=persistent, device_peak_bytes=plan.peak_bytes,
                           device_peak_bytes_without_lms=plan.peak_bytes_without_lms, peak_source="predicted",
                           prediction_source=PREDICTION_SOURCE)
         self.stats.record_plan(plan, [(action, c) for c in moved])

@@ -33,7 +33,12 @@ class JaxFramework(Framework):
 
     @classmethod
     def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
-        """The options as given (JAX's default device is relieved); its capacity in ``stats``."""
+        """The options as given (JAX's default device is relieved, or each device of a ``keras.distribution``
+        mesh: ``stats.devices``); its capacity in ``stats``."""
+        from .distribution import mesh_layout
+
+        layout = mesh_layout()
+        stats.devices = list(layout.devices) if layout is not None else []
         stats.capacity_bytes = _capacity_bytes()
         return options
 

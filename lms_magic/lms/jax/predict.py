@@ -254,14 +254,23 @@ def array_bytes(arrays) -> int:
     return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in arrays)
 
 
-def trace_step(inner, args, layer_types: dict[str, str]) -> JaxStep:
+def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) -> JaxStep:
     """The :class:`JaxStep` of ``jax.value_and_grad(inner)`` at ``args``' shapes: ``inner`` is Keras's
     ``compute_loss_and_updates`` taking ``(trainable, non_trainable, metrics, x, y, sample_weight,
     optimizer_variables)``, traced under ``jax.checkpoint`` with every named output saveable (the residuals
-    of the step without LMS). Its layers' outputs must be named while it runs (:func:`named_outputs`)."""
+    of the step without LMS). Its layers' outputs must be named while it runs (:func:`named_outputs`).
+    ``batch_shards``: the batch is split so many ways over the devices (``keras.distribution``): the step is
+    traced at one device's share of it."""
     import jax
 
     grad, specs = differentiated(inner, args)
+    if batch_shards > 1:  # x, y and sample_weight at one device's rows
+        def share(spec):
+            if not isinstance(spec, jax.ShapeDtypeStruct) or not spec.shape:
+                return spec
+            return jax.ShapeDtypeStruct((-(-spec.shape[0] // batch_shards), *spec.shape[1:]), spec.dtype)
+
+        specs = (*specs[:3], *jax.tree_util.tree_map(share, tuple(specs[3:6])), *specs[6:])
     held = len(tree_arrays(args[:3]))  # the variables: held through the step anyway
     return JaxStep(jax.make_jaxpr(grad)(*specs), held, layer_types)
 

@@ -46,6 +46,7 @@ class TorchFramework(Framework):
         device's capacity in ``stats``."""
         from ..devices import check_known_devices
 
+        _refuse_a_distribution()
         check_known_devices(options.device, options.host_device, cls.devices())
         stats.capacity_bytes = _capacity_bytes(options.device)
         return options
@@ -65,6 +66,22 @@ class TorchFramework(Framework):
     @staticmethod
     def trial_peak_source(gpu: bool) -> str:
         return "predicted from the first step's saved tensors"
+
+
+def _refuse_a_distribution() -> None:
+    """Raises ValueError, before anything is changed, where a ``keras.distribution`` is set: Keras's PyTorch
+    backend (up to 3.15, the newest release) trains on one device whatever it says, so LMS's plan for it would
+    be made for a layout the fit does not have."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is not None:
+        raise ValueError(
+            f"LMS: keras.distribution is set ({type(distribution).__name__}), and Keras {keras.__version__}'s PyTorch "
+            "backend does not distribute: the fit would run on one device, not the mesh LMS would plan for. Train "
+            "on several devices with KERAS_BACKEND=jax (keras.distribution, where LMS plans for each device) or "
+            "tensorflow (tf.distribute.MirroredStrategy), or call keras.distribution.set_distribution(None) to "
+            "train with LMS on one device")
 
 
 def _capacity_bytes(device: str | None) -> int | None:

@@ -167,3 +167,16 @@ def test_lms_tune_says_what_to_use_on_pytorch(shell, data):
     shell.user_ns.update(model=cnn(), x=data[0], y=data[1])
     with pytest.raises(UsageError, match="TensorFlow's traced step or JAX's jaxpr.*'torch'.*%%lms_fit"):
         shell.run_line_magic("lms_tune", "model --data (x, y) --batch-size 16")
+
+
+def test_a_keras_distribution_is_refused_before_training_with_what_to_use(data):
+    model = cnn()
+    before = [w.copy() for w in model.get_weights()]
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=["cpu:0", "cpu:1"]))
+    try:
+        with pytest.raises(ValueError, match=r"keras.distribution is set \(DataParallel\).*KERAS_BACKEND=jax"):
+            model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(verbose=0)])
+    finally:
+        keras.distribution.set_distribution(None)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert "train_step" not in vars(model)

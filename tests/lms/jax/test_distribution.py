@@ -1,0 +1,104 @@
+"""LMS under keras.distribution on JAX: the plan and the prediction for one device of the mesh (its share of the
+batch, its shards of the variables), on N host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
+set before JAX starts: each device count runs in a fresh process)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    count = int(sys.argv[1])
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={count}"
+    import keras, numpy as np
+    from lms_magic import LMS
+    from lms_magic.lms.persistent import persistent_bytes
+
+    def cnn():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((24, 24, 3))]
+                                 + [keras.layers.Conv2D(8, 3, padding="same", activation="relu") for _ in range(4)]
+                                 + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    def mlp():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu", name="wide"),
+                                  keras.layers.Dense(256, activation="relu", name="wider"), keras.layers.Dense(10)])
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    def compare(build, x, y):
+        fitted = {}
+        for name, callbacks in (("plain", []), ("lms", [LMS(n_tensors=-1, min_bytes=0, verbose=0)])):
+            model = build()
+            history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
+            fitted[name] = (model, history.history["loss"], callbacks)
+        (plain, plain_loss, _), (lms, lms_loss, (callback,)) = fitted["plain"], fitted["lms"]
+        stats = callback.stats
+        return {"same_loss": plain_loss == lms_loss,
+                "same_weights": all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), lms.get_weights())),
+                "devices": stats.devices, "moved_bytes": stats.swapped_bytes_per_step,
+                "peak": stats.device_peak_bytes, "peak_without": stats.device_peak_bytes_without_lms,
+                "persistent": stats.persistent_bytes, "all_persistent": persistent_bytes(lms),
+                "summary": callback.summary()}
+
+    rng = np.random.default_rng(0)
+    images, labels = rng.random((32, 24, 24, 3), dtype="float32"), rng.integers(0, 10, 32)
+    devices = keras.distribution.list_devices("cpu")
+    if count > 1:
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    found = {"data_parallel": compare(cnn, images, labels)}
+    if count == 4:
+        mesh = keras.distribution.DeviceMesh((2, 2), ["batch", "model"], devices)
+        layout = keras.distribution.LayoutMap(mesh)
+        layout[".*kernel"] = (None, "model")
+        layout[".*bias"] = ("model",)
+        keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch"))
+        found["model_parallel"] = compare(mlp, rng.random((32, 64), dtype="float32"), labels)
+    print(json.dumps(found))
+""")
+
+
+def run(count: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(count)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def by_count():
+    return {count: run(count) for count in (1, 2, 4)}
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_data_parallel_plans_each_device_for_its_share_of_the_batch(by_count, count):
+    one, many = by_count[1]["data_parallel"], by_count[count]["data_parallel"]
+    assert many["devices"] == [f"cpu:{index}" for index in range(count)]
+    assert f"on each of {count} devices" in many["summary"] and "per-device peak" in many["summary"]
+    # what the backward pass keeps of the activations, per device: about 1/N of one device's
+    assert abs(many["moved_bytes"] / (one["moved_bytes"] / count) - 1) <= 0.10, (one, many)
+    kept, kept_one = (run["peak_without"] - run["persistent"] for run in (many, one))
+    assert abs(kept / (kept_one / count) - 1) <= 0.10, (kept_one, kept)
+    assert many["persistent"] == one["persistent"]  # DataParallel replicates the variables
+    assert many["peak"] < many["peak_without"]
+
+
+@pytest.mark.parametrize("count", [1, 2, 4])
+def test_the_same_losses_and_weights_as_without_lms_under_the_distribution(by_count, count):
+    for run in by_count[count].values():
+        assert run["same_loss"] and run["same_weights"]
+
+
+def test_model_parallel_counts_each_devices_shards_of_the_variables(by_count):
+    run = by_count[4]["model_parallel"]
+    assert run["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    # every kernel and bias split over the 2-way "model" axis: half of every variable (and its Adam moments) each
+    assert run["persistent"] < 0.55 * run["all_persistent"], run
+    assert run["peak"] <= run["peak_without"]

@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent("""
         fitted = {}
         for name, callbacks in (("plain", []), ("lms", [LMS(n_tensors=-1, min_bytes=0, verbose=0)])):
             model = build()
-            history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
+            history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
             fitted[name] = (model, history.history["loss"], callbacks)
         (plain, plain_loss, _), (lms, lms_loss, (callback,)) = fitted["plain"], fitted["lms"]
         stats = callback.stats
@@ -51,9 +51,9 @@ SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(0)
     images, labels = rng.random((32, 24, 24, 3), dtype="float32"), rng.integers(0, 10, 32)
     devices = keras.distribution.list_devices("cpu")
-    if count > 1:
-        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
-    found = {"data_parallel": compare(cnn, images, labels)}
+    found = {"one_device": compare(cnn, images, labels)} if count == 2 else {}  # no distribution set yet
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    found["data_parallel"] = compare(cnn, images, labels)
     if count == 4:
         mesh = keras.distribution.DeviceMesh((2, 2), ["batch", "model"], devices)
         layout = keras.distribution.LayoutMap(mesh)
@@ -74,13 +74,14 @@ def run(count: int) -> dict:
 
 @pytest.fixture(scope="module")
 def by_count():
-    return {count: run(count) for count in (1, 2, 4)}
+    """Fits on 2 and 4 host devices (and, in the first process, on one device with no distribution set)."""
+    return {count: run(count) for count in (2, 4)}
 
 
 @pytest.mark.parametrize("count", [2, 4])
 def test_data_parallel_plans_each_device_for_its_share_of_the_batch(by_count, count):
-    one, many = by_count[1]["data_parallel"], by_count[count]["data_parallel"]
-    assert many["devices"] == [f"cpu:{index}" for index in range(count)]
+    one, many = by_count[2]["one_device"], by_count[count]["data_parallel"]
+    assert one["devices"] == [] and many["devices"] == [f"cpu:{index}" for index in range(count)]
     assert f"on each of {count} devices" in many["summary"] and "per-device peak" in many["summary"]
     # what the backward pass keeps of the activations, per device: about 1/N of one device's
     assert abs(many["moved_bytes"] / (one["moved_bytes"] / count) - 1) <= 0.10, (one, many)
@@ -90,7 +91,7 @@ def test_data_parallel_plans_each_device_for_its_share_of_the_batch(by_count, co
     assert many["peak"] < many["peak_without"]
 
 
-@pytest.mark.parametrize("count", [1, 2, 4])
+@pytest.mark.parametrize("count", [2, 4])
 def test_the_same_losses_and_weights_as_without_lms_under_the_distribution(by_count, count):
     for run in by_count[count].values():
         assert run["same_loss"] and run["same_weights"]

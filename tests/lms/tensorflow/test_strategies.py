@@ -56,7 +56,12 @@ def run(body: str) -> dict:
 
 @pytest.fixture(scope="module")
 def mirrored():
-    """Plain and LMS fits under MirroredStrategy over two simulated accelerators: what the tests read."""
+    return mirrored_fits()
+
+
+def mirrored_fits() -> dict:
+    """One process: plain and LMS fits under MirroredStrategy over two simulated accelerators, the devices LMS
+    refuses there, and %%lms_fit --compare in an IPython shell: what the tests read."""
     return run("""
         plain, plain_loss = fit()
         callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
@@ -64,14 +69,39 @@ def mirrored():
         again = LMS(min_bytes=0, verbose=0)  # the default plan: a probe, then the plan
         fit([again])
         stats = callback.stats
-        print(json.dumps({
+        found = {
             "same_loss": plain_loss == lms_loss, "loss": lms_loss,
             "same_weights": all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), lms.get_weights())),
             "devices": stats.devices, "summary": callback.summary(),
             "swapped": stats.swapped_tensors, "candidates": stats.candidates,
             "swap_outs": [r.swap_out for r in stats.records], "device_peaks": stats.device_peaks,
             "planned_devices": again.stats.devices, "planned_swap_outs": [r.swap_out for r in again.stats.records],
-            "planned_peaks": again.stats.device_peaks}))
+            "planned_peaks": again.stats.device_peaks}
+
+        model = build()
+        before = [w.copy() for w in model.get_weights()]
+        found["refused"] = {}
+        for options in ({"host_device": "/CPU:1"}, {"device": "/CPU:2"}):
+            try:
+                model.fit(x, y, batch_size=16, verbose=0, callbacks=[LMS(verbose=0, **options)])
+            except OptionError as error:
+                found["refused"][str(options)] = str(error)
+        found["unchanged"] = all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+        found["train_step"] = "train_step" in model.__dict__
+
+        from IPython.core.interactiveshell import InteractiveShell
+        from lms_magic.ui.plots import memory_bars_figure
+        shell = InteractiveShell.instance()
+        shell.run_line_magic("load_ext", "lms_magic")
+        shell.user_ns.update(build=build, x=x, y=y)
+        shell.run_cell("model = build()")
+        cell = shell.run_cell("%%lms_fit --compare -o -q --n-tensors -1 --min-bytes 0\\n"
+                              "model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)")
+        found["magic_error"] = repr(cell.error_in_exec)
+        found["headline"] = cell.result.headline() if cell.result is not None else None
+        found["bars"] = {} if cell.result is None else {
+            trace.name: list(trace.x) for trace in memory_bars_figure(cell.result.variants).data if trace.xaxis == "x"}
+        print(json.dumps(found))
     """)
 
 
@@ -113,42 +143,15 @@ def test_losses_and_weights_are_those_of_a_plain_fit_under_the_strategy_to_the_b
     assert mirrored["same_loss"] and mirrored["same_weights"], mirrored["loss"]
 
 
-def test_devices_that_cannot_work_under_the_strategy_are_refused_before_training():
-    said = run("""
-        model = build()
-        before = [w.copy() for w in model.get_weights()]
-        said = {}
-        for options in ({"host_device": "/CPU:1"}, {"device": "/CPU:2"}):
-            try:
-                model.fit(x, y, batch_size=16, verbose=0, callbacks=[LMS(verbose=0, **options)])
-                said[str(options)] = None
-            except OptionError as error:
-                said[str(options)] = str(error)
-        unchanged = all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
-        print(json.dumps({"said": said, "unchanged": unchanged, "train_step": "train_step" in model.__dict__}))
-    """)
-    host, device = said["said"].values()
+def test_devices_that_cannot_work_under_the_strategy_are_refused_before_training(mirrored):
+    host, device = mirrored["refused"].values()
     assert "host_device='/CPU:1': is a device the distribution strategy trains on" in host
     assert "device='/CPU:2': is not one of the distribution strategy's devices (/CPU:0, /CPU:1)" in device
-    assert said["unchanged"] and not said["train_step"]
+    assert mirrored["unchanged"] and not mirrored["train_step"]
 
 
-def test_lms_fit_compare_shows_each_devices_predicted_peak():
-    shown = run("""
-        from IPython.core.interactiveshell import InteractiveShell
-        from lms_magic.ui.plots import memory_bars_figure
-        shell = InteractiveShell.instance()
-        shell.run_line_magic("load_ext", "lms_magic")
-        shell.user_ns.update(build=build, x=x, y=y)
-        shell.run_cell("model = build()")
-        cell = shell.run_cell("%%lms_fit --compare -o -q --n-tensors -1 --min-bytes 0\\n"
-                              "model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)")
-        result = cell.result
-        bars = {trace.name: list(trace.x) for trace in memory_bars_figure(result.variants).data
-                if trace.xaxis == "x"}
-        print(json.dumps({"error": repr(cell.error_in_exec), "headline": result.headline(), "bars": bars}))
-    """)
-    assert shown["error"] == "None"
-    assert shown["headline"].startswith("LMS: predicted per-device peak -")
+def test_lms_fit_compare_shows_each_devices_predicted_peak(mirrored):
+    assert mirrored["magic_error"] == "None"
+    assert mirrored["headline"].startswith("LMS: predicted per-device peak -")
     device_bars = ["predicted peak, /CPU:0", "predicted peak, /CPU:1"]
-    assert shown["bars"] == {"no_lms": device_bars, "lms": device_bars}
+    assert mirrored["bars"] == {"no_lms": device_bars, "lms": device_bars}

@@ -171,6 +171,23 @@ def tuning_session(tuning_data, devices):
                          device=devices.accelerator, host_device=devices.host)
 
 
+def computed_once(tmp_path_factory, key: str, compute):
+    """``compute()``'s result (JSON), computed once for the whole run: under pytest-xdist the first worker that
+    needs it computes it under a file lock and the others read it (the run's shared temporary folder); without
+    xdist, computed here."""
+    import json
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return compute()
+    from filelock import FileLock
+
+    path = tmp_path_factory.getbasetemp().parent / f"{key}.json"  # the run's folder, shared by its workers
+    with FileLock(f"{path}.lock"):
+        if not path.is_file():
+            path.write_text(json.dumps(compute()))
+        return json.loads(path.read_text())
+
+
 def state_of(model):
     """The values of a model's and its optimizer's variables."""
     import numpy as np

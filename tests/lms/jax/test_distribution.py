@@ -1,6 +1,6 @@
 """LMS under keras.distribution on JAX: the plan and the prediction for one device of the mesh (its share of the
 batch, its shards of the variables), on N host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
-set before JAX starts: each device count runs in a fresh process)."""
+set before JAX starts: the fits run in a fresh process with 4, on one, 2 or 4 of them)."""
 
 import json
 import os
@@ -9,6 +9,8 @@ import sys
 import textwrap
 
 import pytest
+
+from tests.conftest import computed_once
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys
@@ -51,9 +53,10 @@ SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(0)
     images, labels = rng.random((32, 24, 24, 3), dtype="float32"), rng.integers(0, 10, 32)
     devices = keras.distribution.list_devices("cpu")
-    found = {"one_device": compare(cnn, images, labels)} if count == 2 else {}  # no distribution set yet
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
-    found["data_parallel"] = compare(cnn, images, labels)
+    found = {"one_device": compare(cnn, images, labels)}  # no distribution set yet: JAX's first device
+    for each in (2, 4):
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices[:each]))
+        found[f"data_parallel_{each}"] = compare(cnn, images, labels)
     if count == 4:
         mesh = keras.distribution.DeviceMesh((2, 2), ["batch", "model"], devices)
         layout = keras.distribution.LayoutMap(mesh)
@@ -73,14 +76,15 @@ def run(count: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def by_count():
-    """Fits on 2 and 4 host devices (and, in the first process, on one device with no distribution set)."""
-    return {count: run(count) for count in (2, 4)}
+def fits(tmp_path_factory):
+    """One process with 4 host devices: fits on one device (no distribution), DataParallel over 2 and over 4,
+    ModelParallel over a 2x2 mesh."""
+    return computed_once(tmp_path_factory, "jax_distribution_fits", lambda: run(4))
 
 
 @pytest.mark.parametrize("count", [2, 4])
-def test_data_parallel_plans_each_device_for_its_share_of_the_batch(by_count, count):
-    one, many = by_count[2]["one_device"], by_count[count]["data_parallel"]
+def test_data_parallel_plans_each_device_for_its_share_of_the_batch(fits, count):
+    one, many = fits["one_device"], fits[f"data_parallel_{count}"]
     assert one["devices"] == [] and many["devices"] == [f"cpu:{index}" for index in range(count)]
     assert f"on each of {count} devices" in many["summary"] and "per-device peak" in many["summary"]
     # what the backward pass keeps of the activations, per device: about 1/N of one device's
@@ -91,14 +95,13 @@ def test_data_parallel_plans_each_device_for_its_share_of_the_batch(by_count, co
     assert many["peak"] < many["peak_without"]
 
 
-@pytest.mark.parametrize("count", [2, 4])
-def test_the_same_losses_and_weights_as_without_lms_under_the_distribution(by_count, count):
-    for run in by_count[count].values():
-        assert run["same_loss"] and run["same_weights"]
+def test_the_same_losses_and_weights_as_without_lms_under_the_distribution(fits):
+    for layout, run in fits.items():
+        assert run["same_loss"] and run["same_weights"], layout
 
 
-def test_model_parallel_counts_each_devices_shards_of_the_variables(by_count):
-    run = by_count[4]["model_parallel"]
+def test_model_parallel_counts_each_devices_shards_of_the_variables(fits):
+    run = fits["model_parallel"]
     assert run["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
     # every kernel and bias split over the 2-way "model" axis: half of every variable (and its Adam moments) each
     assert run["persistent"] < 0.55 * run["all_persistent"], run

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from tests.conftest import computed_once
+
 SETUP = textwrap.dedent("""
     import json, os
     import lms_magic
@@ -55,8 +57,8 @@ def run(body: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def mirrored():
-    return mirrored_fits()
+def mirrored(tmp_path_factory):
+    return computed_once(tmp_path_factory, "mirrored_fits", mirrored_fits)
 
 
 def mirrored_fits() -> dict:

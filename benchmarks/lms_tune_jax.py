@@ -27,7 +27,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lms_magic.lms.core.search import Setting  # noqa: E402
-from lms_magic.lms.jax.predict import differentiated, named_outputs  # noqa: E402
+from lms_magic.lms.jax.predict import differentiated, named_residuals  # noqa: E402
 from lms_magic.tuning.session import TuningSession  # noqa: E402
 from lms_magic.ui.tuner import Tuner  # noqa: E402
 
@@ -60,10 +60,10 @@ def slider_response(session):
 def against_xla(session, batch_size: int):
     predictor = session.predictor
     plain = predictor.predict(0, 1, batch_size)
-    with named_outputs(predictor.model):
-        function, specs = differentiated(*predictor._inner_and_args(batch_size))
-        started = time.perf_counter()
-        analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
+    inner, args = predictor._inner_and_args(batch_size)
+    function, specs = differentiated(named_residuals(inner), args)
+    started = time.perf_counter()
+    analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
     xla = analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes \
         - analysis.alias_size_in_bytes
     # the loss and gradient read no optimizer variable (jit drops unused arguments): the replay's figure without them

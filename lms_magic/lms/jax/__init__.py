@@ -1,1 +1,1 @@
-"""LMS on Keras's JAX backend: layer outputs offloaded (or recomputed) by XLA under ``jax.checkpoint``."""
+"""LMS on Keras's JAX backend: the values the backward pass keeps offloaded (or recomputed) by XLA under ``jax.checkpoint``."""

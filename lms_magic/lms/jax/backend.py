@@ -1,16 +1,18 @@
-"""The JAX backend of the ``LMS`` callback: layer outputs offloaded to pinned host memory by XLA.
+"""The JAX backend of the ``LMS`` callback: the values the backward pass keeps, offloaded to pinned host memory by XLA.
 
 Keras's JAX trainer differentiates ``compute_loss_and_updates`` with ``jax.value_and_grad`` inside its
 jitted ``train_step``. While LMS's train step is traced (once per batch shape, as Keras's own), the
-model's ``compute_loss_and_updates`` is wrapped in ``jax.checkpoint`` with a policy that offloads the
-planned layers' outputs (``Offloadable(src="device", dst="pinned_host")``; with ``recompute="only"``,
-``Recompute``) and saves everything else as without LMS, and each layer's output is named for it with
-``jax.ad_checkpoint.checkpoint_name``; both are the model's again once the trace is done, whatever ends
-it. Where the device has no host memory kind to offload to, the plan recomputes instead (said). The plan
-is made in that trace, before the step runs: the jaxpr of the step with every output named
-and saveable is replayed (``predict.JaxStep``) for the peak of any set offloaded, and the one rule of
-``core.plan.plan_swaps`` chooses (candidates in forward order: a layer's outputs, every call of it).
-The values are copied, never changed, and a recomputed layer runs the same operations again.
+model's ``compute_loss_and_updates`` is traced anew with every floating-point value it makes named
+(``predict.named_residuals``: each equation of its jaxpr, named by its Keras layer path, primitive and
+position) and wrapped in ``jax.checkpoint`` with a policy that offloads the planned values
+(``Offloadable(src="device", dst="pinned_host")``; with ``recompute="only"``, ``Recompute``) and saves
+everything else as without LMS; the model's own again once the trace is done, whatever ends it. So every
+value the backward pass keeps is a candidate: a layer's output, and inside a Transformer block the attention
+scores and probabilities and the feed-forward's wide intermediate. Where the device has no host memory
+kind to offload to, the plan recomputes instead (said). The plan is made in that trace, before the step
+runs: the jaxpr of the step with every value saveable is replayed (``predict.JaxStep``) for the peak of any
+set offloaded, and the one rule of ``core.plan.plan_swaps`` chooses (candidates in forward order). The
+values are copied, never changed, and a recomputed value is computed by the same operations again.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class JaxBackend:
     def __init__(self, model, options: LmsOptions, stats: LmsStats):
         self.model, self.options, self.stats = model, options, stats
         self.recompute = options.recompute
-        self.offloaded: dict[tuple, frozenset] = {}  # the step's input shapes -> the layers planned for them
+        self.offloaded: dict[tuple, frozenset] = {}  # the step's input shapes -> the names of the values planned
         self.traces = 0
         self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them (callback.py)
         self._layer_types = {layer.name: type(layer).__name__ for layer in internals.layers_of(model)}
@@ -70,7 +72,7 @@ class JaxBackend:
             else None
         if self.recompute is False and self.host_kind is None:
             stats.notes.append(f"the device has no host memory to offload to (its memory kinds: {sorted(kinds)}): "
-                               "the planned layer outputs are recomputed instead")
+                               "the planned values are recomputed instead")
             self.recompute = "only"
         elif self.host_kind == "unpinned_host" and self.recompute is False:
             stats.notes.append("the device has no pinned host memory: outputs are offloaded to unpinned host memory")
@@ -91,18 +93,17 @@ class JaxBackend:
 
     @contextlib.contextmanager
     def _traced(self):
-        """While the step is traced: the model's compute_loss_and_updates under jax.checkpoint, and its
-        layers' outputs named; both the model's again after it."""
-        from .predict import named_outputs
-
+        """While the step is traced: the model's compute_loss_and_updates, its values named, under
+        jax.checkpoint; the model's own again after it."""
         model = self.model
         checkpointed = self._checkpointed(model.compute_loss_and_updates)
-        with internals.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed), \
-                named_outputs(model):
+        with internals.instance_attribute_replaced(model, "compute_loss_and_updates", checkpointed):
             yield
 
     def _checkpointed(self, original):
         import jax
+
+        from .predict import named_residuals
 
         def compute(trainable, non_trainable, metrics, x, y, sample_weight, training=False, optimizer_variables=None):
             def inner(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables):
@@ -112,6 +113,7 @@ class JaxBackend:
             args = (trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables)
             if not training:
                 return inner(*args)
+            inner = named_residuals(inner)  # every value the backward pass may keep, named: the candidates
             chosen = self._plan(inner, args)
             if not chosen:  # nothing moves: the step is the model's own, with no checkpoint policy around it
                 return inner(*args)
@@ -147,9 +149,9 @@ class JaxBackend:
         try:
             plan = plan_swaps(selection, eligible, step.transient_peak, persistent, budget, self.stats.capacity_bytes)
         except BudgetError as error:
-            self.stats.notes.append(f"the budget: {error}; every eligible layer output is offloaded")
+            self.stats.notes.append(f"the budget: {error}; every eligible value is offloaded")
             plan = plan_swaps(dataclasses.replace(selection, n_tensors=-1), eligible, step.transient_peak, persistent)
-        chosen = frozenset(c.layer for c in plan.moved)
+        chosen = frozenset(c.tensor for c in plan.moved)
         self.offloaded[key] = chosen
         moved = list(plan.moved)
         action = "recompute" if self.recompute == "only" else "swap"
@@ -194,7 +196,7 @@ class JaxBackend:
         return Action.KEEP
 
     def summary_line(self) -> str:
-        return summary_line(self.stats, Words("LMS (JAX)", "layer outputs", "offloading",
+        return summary_line(self.stats, Words("LMS (JAX)", "saved values", "offloading",
                                               f"{(self.host_kind or 'host').replace('_', ' ')} memory", "device"))
 
     def close(self) -> None:

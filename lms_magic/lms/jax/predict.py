@@ -1,10 +1,10 @@
 """The JAX step as the plan sees it: the jaxpr of the loss's value and gradient, replayed for its liveness.
 
 The step LMS plans on is ``jax.value_and_grad`` of Keras's ``compute_loss_and_updates`` under
-``jax.checkpoint`` with every layer output named (``checkpoint_name``) and saveable: the same residuals
+``jax.checkpoint`` with every value named (``named_residuals``) and saveable: the same residuals
 as without LMS. Its jaxpr is flattened (the bodies of ``pjit``, ``remat``, custom-derivative calls
 inlined; loops and conditionals kept whole) and replayed in program order by ``core/simulate.py``: each
-equation's outputs live from it to their last reader. Offloading a layer's output is a swap in that
+equation's outputs live from it to their last reader. Offloading a named value is a swap in that
 replay: out after it is made, back one equation before the first backward reader (a reader inlined from
 the differentiated ``remat``: the backward pass). XLA fuses element-wise
 equations and schedules in its own order; without LMS the replay came within 0.96-1.02 of XLA's own
@@ -70,7 +70,7 @@ class _Flat:
     nodes: list
     producer: dict  # var -> (node name, output index)
     backward: set  # the nodes of the backward pass (inlined from the differentiated checkpoint)
-    names: list  # (tensor: (node name, output), checkpoint name, aval) of each named layer output, in order
+    names: list  # (tensor: (node name, output), checkpoint name, aval) of each named value, in order
     loops: int = 0  # loops and conditionals kept whole (their bodies' outputs are not candidates)
     about: dict = field(default_factory=dict)  # node name -> (primitive, layer, shape of output 0), for explain
 
@@ -147,6 +147,24 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str) -> None
             flat.producer[var] = (name, index)
 
 
+def layer_of_name(name: str, layer_types: dict[str, str]) -> str:
+    """The Keras layer a named value belongs to: the deepest part of its path (:func:`residual_name`) that is a
+    layer of the model, else the path's first part; a name without a path (``checkpoint_name(x, "dense")``) is
+    its own layer.
+
+    Example:
+        >>> types = {"gpt2_backbone": "GPT2Backbone", "transformer_layer_0": "TransformerDecoder"}
+        >>> layer_of_name("gpt2_backbone/transformer_layer_0/self_attention/query/dot_general:7", types)
+        'transformer_layer_0'
+        >>> layer_of_name("dense", types), layer_of_name("add:3", types)
+        ('dense', '')
+    """
+    parts = name.split("/")[:-1]
+    if not parts:
+        return "" if ":" in name else name
+    return next((part for part in reversed(parts) if part in layer_types), parts[0])
+
+
 def _const_node(flat: _Flat, const):
     name = f"c{len(flat.nodes)}"
     flat.nodes.append(Node(name, (0,), priority=-1))
@@ -154,7 +172,7 @@ def _const_node(flat: _Flat, const):
 
 
 class JaxStep:
-    """A traced JAX step: its named layer outputs as candidates, and the predicted peak of any set offloaded.
+    """A traced JAX step: its named values that the backward pass reads as candidates, and the predicted peak of any set offloaded.
 
     Args:
         closed_jaxpr: the jaxpr of the step (see the module's docstring).
@@ -185,36 +203,37 @@ class JaxStep:
         self._swaps: dict[str, list[Swap]] = {}
         sizes: dict[str, int] = {}
         shapes: dict[str, tuple] = {}
-        for tensor, layer, aval in flat.names:
+        for tensor, name, aval in flat.names:
             backward = [r for r in readers.get(tensor, []) if r in flat.backward]
-            if not backward:
+            if not backward or any(swap.tensor == tensor for swap in self._swaps.get(name, ())):
                 continue
             first = min(backward, key=order.get)
             trigger = flat.nodes[order[first] - 1].name
-            self._swaps.setdefault(layer, []).append(Swap(tensor, tuple(backward), trigger, _nbytes(aval)))
-            sizes[layer] = sizes.get(layer, 0) + _nbytes(aval)
-            shapes.setdefault(layer, tuple(aval.shape))
+            self._swaps.setdefault(name, []).append(Swap(tensor, tuple(backward), trigger, _nbytes(aval)))
+            sizes[name] = sizes.get(name, 0) + _nbytes(aval)
+            shapes.setdefault(name, tuple(aval.shape))
         types = layer_types or {}
-        self.candidates = [Candidate(layer, layer, types.get(layer, ""), shapes[layer], sizes[layer], index)
-                           for index, layer in enumerate(sizes)]
+        layers = {name: layer_of_name(name, types) for name in sizes}
+        self.candidates = [Candidate(name, layers[name], types.get(layers[name], ""), shapes[name], sizes[name], index)
+                           for index, name in enumerate(sizes)]
         self._memo: dict[tuple, int] = {}
         self._explained: dict[tuple, object] = {}
 
     def _nodes(self, offloaded: list[Candidate]) -> list[Node]:
-        return with_swaps(self.flat.nodes, [swap for c in offloaded for swap in self._swaps.get(c.layer, ())])
+        return with_swaps(self.flat.nodes, [swap for c in offloaded for swap in self._swaps.get(c.tensor, ())])
 
     def transient_peak(self, offloaded: list[Candidate]) -> int:
         """The predicted peak of the step's own bytes with the layers of ``offloaded`` in host memory."""
-        key = tuple(sorted(c.layer for c in offloaded))
+        key = tuple(sorted(c.tensor for c in offloaded))
         if key not in self._memo:
             self._memo[key] = replay(self._nodes(offloaded)).peak_bytes
         return self._memo[key]
 
     def explain(self, offloaded: list[Candidate], persistent: list[LiveTensor]) -> dict:
         """``stats["peak"]`` (``core/peak.py``) with the layers of ``offloaded`` in host memory: the phase and
-        equation of the peak, its bytes by kind (the backward pass's buffers are "gradients", a layer output
+        equation of the peak, its bytes by kind (the backward pass's buffers are "gradients", a value
         copied back "activations_swapped_in", the batch "other"), the largest live tensors, the timeline."""
-        key = tuple(sorted(c.layer for c in offloaded))
+        key = tuple(sorted(c.tensor for c in offloaded))
         if key not in self._explained:  # a slider shows the same settings again, and "without LMS" at every move
             self._explained[key] = replay(self._nodes(offloaded), explain=True)
         result = self._explained[key]
@@ -286,31 +305,58 @@ def differentiated(inner, args):
     return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), specs
 
 
-def leaf_layers(model) -> list:
-    """The model's layers that hold no layers of their own: those whose outputs are named."""
-    from ... import internals
+def named_residuals(inner):
+    """``inner`` (Keras's ``compute_loss_and_updates``, a function of arrays) traced anew with every floating-point
+    value it makes named (``checkpoint_name``): each equation of its jaxpr, in order, and so every value the
+    backward pass may keep is a candidate the checkpoint policy can offload or recompute by its name. The name
+    is the equation's Keras layer path (its name stack), its primitive and its position, e.g.
+    ``multi_head_attention/query/dot_general:3``; the same step traced again gets the same names. A call of a
+    jitted function (``jax.nn.gelu``) is one equation: its outputs are named, what it keeps inside is not. The
+    math is the same: a name is the identity, and the equations are bound as they were traced.
 
-    return [layer for layer in internals.layers_of(model) if not getattr(layer, "_layers", None)]
-
-
-@contextlib.contextmanager
-def named_outputs(model):
-    """While inside: each leaf layer's outputs named after it with ``checkpoint_name`` (the names the offload
-    policy and the plan go by); the layers' own calls again after, whatever ends it."""
-    from ... import internals
-
-    with internals.layer_calls_replaced(leaf_layers(model), _named_call):
-        yield
-
-
-def _named_call(layer, call):
-    """``call`` with each array it returns named after the layer (``checkpoint_name``)."""
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> def loss(w, x):
+        ...     return jnp.sum(jnp.tanh(x @ w) ** 2)
+        >>> eqns = jax.make_jaxpr(named_residuals(loss))(jnp.ones((4, 4)), jnp.ones((2, 4))).eqns
+        >>> [e.params["name"] for e in eqns if e.primitive.name == "name"]
+        ['dot_general:0', 'tanh:1', 'integer_pow:2', 'reduce_sum:3']
+    """
     import jax
-    from jax.ad_checkpoint import checkpoint_name
 
-    def named(*args, **kwargs):
-        outputs = call(*args, **kwargs)
-        return jax.tree_util.tree_map(
-            lambda leaf: checkpoint_name(leaf, layer.name) if isinstance(leaf, jax.Array) else leaf, outputs)
+    def named(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        closed, shapes = jax.make_jaxpr(lambda *flat: inner(*jax.tree_util.tree_unflatten(tree, flat)),
+                                        return_shape=True)(*leaves)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), _evaluated_named(closed, leaves))
 
     return named
+
+
+def residual_name(eqn, index: int) -> str:
+    """The name :func:`named_residuals` gives the outputs of the ``index``-th equation ``eqn``."""
+    path = "/".join(part for part in re.sub(r"[\w<>]+\(|\)", "", str(eqn.source_info.name_stack)).split("/") if part)
+    return f"{path}/{eqn.primitive.name}:{index}" if path else f"{eqn.primitive.name}:{index}"
+
+
+def _evaluated_named(closed, args) -> list:
+    """The outputs of ``closed`` (a ClosedJaxpr) at ``args``, each equation's floating-point outputs named."""
+    import jax.numpy as jnp
+    from jax.ad_checkpoint import checkpoint_name
+
+    from ... import internals
+
+    jaxpr, values = closed.jaxpr, {}
+
+    def read(var):
+        return var.val if type(var).__name__ == "Literal" else values[var]
+
+    values.update(zip(jaxpr.constvars, closed.consts))
+    values.update(zip(jaxpr.invars, args))
+    for index, eqn in enumerate(jaxpr.eqns):
+        outputs = internals.jaxpr_equation_bound(eqn, [read(var) for var in eqn.invars])
+        name = residual_name(eqn, index)
+        values.update(zip(eqn.outvars, [
+            checkpoint_name(value, name) if jnp.issubdtype(getattr(value, "dtype", jnp.int32), jnp.floating)
+            else value for value in outputs]))
+    return [read(var) for var in jaxpr.outvars]

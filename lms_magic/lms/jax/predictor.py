@@ -1,8 +1,8 @@
 """Instant predictions for any LMS setting on JAX: the step's jaxpr traced once per batch size, replayed on demand.
 
 What ``%lms_tune`` needs on Keras's JAX backend: the jaxpr of the loss's value and gradient, made as the
-``LMS`` callback makes it while it plans (``predict.trace_step``, every layer output named), its
-candidates (one per layer: its outputs, every call of it) and the replay's peak with any prefix of them
+``LMS`` callback makes it while it plans (``predict.trace_step``, every value named), its
+candidates (each value the backward pass reads) and the replay's peak with any prefix of them
 offloaded or recomputed, memoised. ``lb`` changes nothing here: XLA schedules the copies back.
 """
 
@@ -15,7 +15,7 @@ from ..core.plan import Selection
 from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
-from .predict import JaxStep, differentiated, named_outputs, trace_step
+from .predict import JaxStep, differentiated, named_residuals, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):
@@ -84,8 +84,7 @@ class JaxStepPredictor(PrefixPredictions):
         if batch_size not in self._steps:
             started = time.perf_counter()
             inner, args = self._inner_and_args(batch_size)
-            with named_outputs(self.model):
-                self._steps[batch_size] = trace_step(inner, args, self._layer_types)
+            self._steps[batch_size] = trace_step(named_residuals(inner), args, self._layer_types)
             self.trace_s = time.perf_counter() - started
         return self._steps[batch_size]
 

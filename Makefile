@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# KerasHub's backbones in the tests, built from a config: keras-hub declares tensorflow-text, which pins a
+	# TensorFlow of its own, so it is installed without its dependencies (the few it imports are in [test])
+	$(BIN)/python -m pip install --quiet --no-deps "keras-hub==0.32.*"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -80,6 +80,7 @@ class JaxBackend:
         # under keras.distribution: planned for one device (its share of the batch, its shards of the variables)
         self._layout = mesh_layout()
         self._persistent_bytes = persistent_bytes(model, shard_shape if self._layout is not None else None)
+        self._costed = None  # (the loss and gradient, its argument shapes, batch shards) of the first plan, to cost
 
     # -- the trace --------------------------------------------------------------------------------
     def train_step(self, original):
@@ -135,14 +136,16 @@ class JaxBackend:
 
     # -- the plan --------------------------------------------------------------------------------
     def _plan(self, inner, args) -> frozenset:
-        from .predict import trace_step, tree_arrays
+        from .predict import differentiated, trace_step, tree_arrays
 
         key = tuple((tuple(a.shape), str(a.dtype)) for a in tree_arrays(args[3:6]))
         if key in self.offloaded:
             return self.offloaded[key]
         self.traces += 1
-        step = trace_step(inner, args, self._layer_types,
-                          self._layout.batch_shards if self._layout is not None else 1)
+        shards = self._layout.batch_shards if self._layout is not None else 1
+        step = trace_step(inner, args, self._layer_types, shards)
+        if self._costed is None:  # the step-time estimate is made after the step, outside this trace
+            self._costed = (*differentiated(inner, args), shards)
         eligible = self.options.selection.eligible(step.candidates)
         persistent = self._persistent_bytes
         selection, budget = self.options.selection, self.options.budget_bytes
@@ -193,6 +196,20 @@ class JaxBackend:
         return contextlib.nullcontext()
 
     def first_step_done(self) -> Action:
+        """After the first step: the plan's predicted step time (``predicted_step_ratio``), from XLA's FLOP count
+        of the step and the host link (``compute.step_cost``)."""
+        if self._costed is not None and self.recompute is False:
+            from .compute import step_cost
+
+            try:
+                cost = step_cost(*self._costed)
+            except Exception as error:  # a prediction must never stop training
+                self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
+                cost = None
+            if cost is not None:
+                self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
+                                  compute_s=cost.compute_s, compute_source=cost.source)
+        self._costed = None
         return Action.KEEP
 
     def summary_line(self) -> str:

@@ -46,3 +46,23 @@ def device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
         product(a, b).block_until_ready()
         times.append(time.perf_counter() - started)
     return 2 * size**3 / sorted(times)[len(times) // 2]
+
+
+def step_cost(function, specs, batch_shards: int = 1):
+    """The :class:`~lms_magic.lms.core.costs.StepCost` of ``function`` (a step's loss and gradient, as
+    ``predict.differentiated`` makes it) at ``specs`` (one device's share of the batch where it is split
+    ``batch_shards`` ways): XLA's FLOP count at the device's
+    matrix-product rate (a lower bound on the compute, so the step ratio made with it is an upper one) and the
+    host link's bandwidth (measured where a GPU is, else a stated default); None where XLA counts no FLOPs. Made
+    outside any trace (it times a product on the device)."""
+    from ...memory.bandwidth import host_link_bandwidth
+    from ..core.costs import StepCost
+    from .predict import per_device_specs
+
+    flops, rate = step_flops(function, per_device_specs(specs, batch_shards)), device_flops_per_s()
+    if not flops:
+        return None
+    link = host_link_bandwidth()
+    return StepCost(flops / rate, f"estimated: XLA's {flops / 1e9:.1f} GFLOP for the loss and gradient at the "
+                                  f"device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); link: {link.source}",
+                    link.device_to_host, link.host_to_device)

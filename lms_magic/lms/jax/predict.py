@@ -283,15 +283,25 @@ def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) 
     import jax
 
     grad, specs = differentiated(inner, args)
-    if batch_shards > 1:  # x, y and sample_weight at one device's rows
-        def share(spec):
-            if not isinstance(spec, jax.ShapeDtypeStruct) or not spec.shape:
-                return spec
-            return jax.ShapeDtypeStruct((-(-spec.shape[0] // batch_shards), *spec.shape[1:]), spec.dtype)
-
-        specs = (*specs[:3], *jax.tree_util.tree_map(share, tuple(specs[3:6])), *specs[6:])
+    specs = per_device_specs(specs, batch_shards)
     held = len(tree_arrays(args[:3]))  # the variables: held through the step anyway
     return JaxStep(jax.make_jaxpr(grad)(*specs), held, layer_types)
+
+
+def per_device_specs(specs, batch_shards: int):
+    """``specs`` (``differentiated``'s) with x, y and sample_weight at one device's rows, the batch split
+    ``batch_shards`` ways."""
+    import jax
+
+    if batch_shards <= 1:
+        return specs
+
+    def share(spec):
+        if not isinstance(spec, jax.ShapeDtypeStruct) or not spec.shape:
+            return spec
+        return jax.ShapeDtypeStruct((-(-spec.shape[0] // batch_shards), *spec.shape[1:]), spec.dtype)
+
+    return (*specs[:3], *jax.tree_util.tree_map(share, tuple(specs[3:6])), *specs[6:])
 
 
 def differentiated(inner, args):

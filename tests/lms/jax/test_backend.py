@@ -142,3 +142,11 @@ def test_a_step_with_a_loop_is_said_once(data):
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[callback])
     said = [note for note in callback.stats.notes if note.startswith("the step has loops or conditionals")]
     assert len(said) == 1
+
+
+def test_the_plan_predicts_its_step_time(data):
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+    train(cnn, data, callback, epochs=1)
+    stats = callback.stats
+    assert stats.predicted_step_ratio >= 1.0 and stats.compute_s > 0
+    assert stats.compute_source.startswith("estimated: XLA's") and "predicted step time" in callback.summary()

@@ -1,0 +1,29 @@
+"""KerasHub's GPT-2 backbone on JAX (built from a config): every value the backward pass keeps is a candidate, the
+attention probabilities and the feed-forward's wide intermediate among them, and moving them cuts the predicted
+peak with the losses of a plain fit (BERT and the issue's larger size: benchmarks/keras_hub_lms.py)."""
+
+import numpy as np
+import pytest
+
+from lms_magic import LMS
+from tests.hub import fit_both
+
+
+def test_a_kerashub_backbone_trains_at_a_much_lower_predicted_peak_with_the_same_losses():
+    callback = LMS(n_tensors=-1, verbose=0)
+    (plain_loss, plain_weights), (loss, weights) = fit_both("gpt2", callback)
+    stats = callback.stats
+    assert loss == plain_loss
+    # the weights within rounding: XLA compiles the step with the copies to the host and back otherwise, and
+    # rounds a few sums differently (6e-7 at most measured after two AdamW steps)
+    for before, after in zip(plain_weights, weights):
+        np.testing.assert_allclose(after, before, rtol=1e-5, atol=2e-6)
+    # 2 layers of hidden 64 at sequence 128, batch 8: 0.554 measured (the weights and AdamW state weigh more here
+    # than at the issue's size, where it is 0.445)
+    assert stats.device_peak_bytes <= 0.6 * stats.device_peak_bytes_without_lms, \
+        (stats.device_peak_bytes, stats.device_peak_bytes_without_lms)
+    moved = {(row["layer_type"], row["tensor"].rsplit("/", 1)[-1].split(":")[0]) for row in stats.plan}
+    assert ("Softmax", "exp") in moved or ("Softmax", "div") in moved  # the attention probabilities' making
+    wide = [row for row in stats.plan if row["layer"].startswith("feedforward_intermediate") and row["shape"][-1] == 256]
+    assert wide, "the feed-forward's 4x-wide intermediate is moved"
+    assert all("/" in row["tensor"] and ":" in row["tensor"] for row in stats.plan)  # layer path, primitive, position

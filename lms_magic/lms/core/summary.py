@@ -18,7 +18,7 @@ class Words:
 
     Attributes:
         label: the line's start: "LMS", "LMS (PyTorch)", "LMS (JAX)".
-        unit: what a candidate is: "tensors", "saved activations", "layer outputs".
+        unit: what a candidate is: "tensors", "saved activations", "saved values".
         verb: how it moves to the host: "swapping", "offloading".
         destination: where it waits: "/CPU:1", "pinned host memory".
         device: the device whose peak is predicted: "/GPU:0", "cuda:0", "device".

@@ -125,12 +125,39 @@ class TorchBackend:
         if self._remembered is not None:
             return self._reused()
         action = self._plan_first_step()
+        if action is Action.KEEP and self.stats.active and not self.options.recompute:
+            self._predict_step_time()
         if self._memo_key is not None and self.stats.active and not self.options.recompute and self._lean is None \
                 and self.offloader.n_tensors != -1:  # (-1: the budget was out of reach, the probe's swaps stand)
             moved = tuple(row["tensor"] for row in self.stats.plan if row["action"] == "swap")
             PLANS.remember(self.model, self._own_function, self._memo_key,
                            RememberedPlan(moved, self.stats, action is Action.STEP_OUT))
         return action
+
+    def _predict_step_time(self) -> None:
+        """The plan's predicted step time (``predicted_step_ratio``): the step's matrix FLOPs at the fit's batch,
+        read off the explain predictor's two small runs (forward and backward at batch 2 and 3 on zeros shaped as
+        the batch, outside the fit's steps; nothing updated, the model's state and PyTorch's random numbers as
+        they were: ``predictor.py``), at the device's matrix-product rate, and the host link."""
+        from ...memory.bandwidth import host_link_bandwidth
+        from ..core.costs import StepCost
+        from ..samples import zeros_like_batch
+        from .predictor import TorchStepPredictor
+
+        try:
+            compute_s = TorchStepPredictor(self.model, zeros_like_batch(self.batch_shapes)).estimated_compute_s(
+                self.stats.batch_size)
+        except Exception as error:  # a prediction must never stop training
+            self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
+            return
+        if compute_s <= 0:
+            return
+        link = host_link_bandwidth()
+        cost = StepCost(compute_s, "estimated: the step's matrix FLOPs (torch.utils.flop_counter, read off two small "
+                                   f"runs) at the device's matrix-product rate; link: {link.source}",
+                        link.device_to_host, link.host_to_device)
+        self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
+                          compute_s=cost.compute_s, compute_source=cost.source)
 
     def _reused(self) -> Action:
         """An earlier fit's plan taken over: its figures, with this fit's own pinned memory where it offloads."""

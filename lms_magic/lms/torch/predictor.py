@@ -83,6 +83,8 @@ class TorchStepPredictor(PrefixPredictions):
         model = self.model
         variables = [v for v in model.non_trainable_variables]
         kept = [(v, v.value.detach().clone()) for v in variables]
+        # an unseeded Dropout draws from PyTorch's global generator: put back after, so later steps draw as before
+        random_state = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
         reads: list[Candidate] = []
         offloader = TorchOffloader(Selection(min_bytes=0), observer=lambda event: event.kind == "read" and
                                    reads.append(event.candidate))
@@ -104,6 +106,9 @@ class TorchStepPredictor(PrefixPredictions):
             with torch.no_grad():
                 for variable, value in kept:
                     variable.value.copy_(value)
+            torch.set_rng_state(random_state[0])
+            if random_state[1] is not None:
+                torch.cuda.set_rng_state_all(random_state[1])
             offloader.close()
         position = {c.tensor: index for index, c in enumerate(offloader.candidates)}
         return offloader.candidates, [position[c.tensor] for c in reads if c.tensor in position], \
@@ -167,7 +172,8 @@ def _device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
     """PyTorch's float32 matrix-product rate on the default device (FLOP/s), timed once per process: the median of
     ``repeats`` products of two ``size`` x ``size`` matrices, after one warm-up."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    a, b = torch.rand(size, size, device=device), torch.rand(size, size, device=device)
+    numbers = torch.Generator(device=device).manual_seed(0)  # its own: the global generator (data shuffling) untouched
+    a, b = (torch.rand(size, size, device=device, generator=numbers) for _ in range(2))
     (a @ b).sum().item()
     times = []
     for _ in range(repeats):

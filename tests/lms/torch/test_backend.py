@@ -180,3 +180,16 @@ def test_a_keras_distribution_is_refused_before_training_with_what_to_use(data):
         keras.distribution.set_distribution(None)
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
     assert "train_step" not in vars(model)
+
+
+def test_the_plan_predicts_its_step_time_and_trains_as_without_lms(data):
+    """The FLOPs come from two small runs outside the fit's steps: the fit's losses and weights stay a plain fit's."""
+    plain, plain_history = train(residual_bn_dropout, data)
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+    model, history = train(residual_bn_dropout, data, callback)
+    stats = callback.stats
+    assert stats.predicted_step_ratio >= 1.0 and stats.compute_s > 0
+    assert stats.compute_source.startswith("estimated: the step's matrix FLOPs")
+    assert history == plain_history
+    for a, b in zip(plain.variables, model.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -30,6 +30,20 @@ def test_explain_fit_says_what_fills_the_step_and_what_fits_and_changes_nothing(
     assert "upper bounds" in str(found)  # what the PyTorch peak leaves out is said with the answers
 
 
+def test_explain_fit_leaves_torchs_random_numbers_as_they_were():
+    """A fit after explain_fit shuffles its data and drops out as one without it: PyTorch's global generator is
+    as it was (its runs' unseeded Dropout draws are put back; the device's rate is timed on numbers of its own)."""
+    import torch
+
+    from lms_magic.lms.torch import predictor
+
+    predictor._device_flops_per_s.cache_clear()  # timed again here, as in a fresh process
+    model, data = residual_bn_dropout(), images()  # (made with a seed: the global generator set here)
+    state = torch.get_rng_state()
+    lms_magic.explain_fit(model, data, batch_size=16, capacity="2MiB")
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_a_batch_read_off_the_two_runs_is_the_run_at_that_batch():
     x, y = images()
     predictor = TorchStepPredictor(residual_bn_dropout(), (x[:2], y[:2]))

@@ -33,8 +33,8 @@ class TensorFlowFramework(Framework):
     def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
         """The device LMS relieves (given; else the first GPU, or the simulated accelerator; else None: no GPU),
         the host (given, or the default), and the device's capacity in ``stats``. Under a distribution strategy
-        (``model.distribute_strategy``), every replica's device (``stats.devices``), planned on the first (or
-        the one given) against the smallest capacity of theirs."""
+        (``model.distribute_strategy``), every replica's device (``stats.devices``), planned on the first's
+        graph against the smallest capacity of theirs (a ``device`` given must be one of them)."""
         from .. import devices
         from ..devices import check_known_devices
         from ..options import OptionError
@@ -53,8 +53,8 @@ class TensorFlowFramework(Framework):
                 raise OptionError("device", device, f"is not one of the distribution strategy's devices "
                                   f"({', '.join(replicas)}): LMS relieves each of them; leave device out, or "
                                   f"pass one of them, such as {replicas[0]!r}")
-            if device is None and all(name.startswith("/GPU") or devices.is_simulated(name) for name in replicas):
-                device = replicas[0]
+            if device is not None or all(name.startswith("/GPU") or devices.is_simulated(name) for name in replicas):
+                device = replicas[0]  # the first replica's graph is the one planned on (backend.py)
         elif device is None:
             gpus = [name for name in known if name.startswith("/GPU")]
             device = gpus[0] if gpus else devices.default_device()

@@ -79,6 +79,10 @@ def mirrored_fits() -> dict:
             "swap_outs": [r.swap_out for r in stats.records], "device_peaks": stats.device_peaks,
             "planned_devices": again.stats.devices, "planned_swap_outs": [r.swap_out for r in again.stats.records],
             "planned_peaks": again.stats.device_peaks}
+        given = LMS(n_tensors=-1, min_bytes=0, verbose=0, device="/CPU:1")  # the second replica's device, named
+        fit([given])
+        found["given"] = {"devices": given.stats.devices, "peak": given.stats.device_peak_bytes,
+                          "without": given.stats.device_peak_bytes_without_lms, "peaks": given.stats.device_peaks}
 
         model = build()
         before = [w.copy() for w in model.get_weights()]
@@ -143,6 +147,12 @@ def test_the_default_plan_is_made_once_and_run_on_every_replica(mirrored):
 
 def test_losses_and_weights_are_those_of_a_plain_fit_under_the_strategy_to_the_bit(mirrored):
     assert mirrored["same_loss"] and mirrored["same_weights"], mirrored["loss"]
+
+
+def test_a_device_given_among_the_strategys_relieves_them_all(mirrored):
+    given = mirrored["given"]
+    assert given["devices"] == ["/CPU:0", "/CPU:1"] and given["peak"] < given["without"]
+    assert all(peaks["with_lms"] < peaks["without_lms"] for peaks in given["peaks"].values())
 
 
 def test_devices_that_cannot_work_under_the_strategy_are_refused_before_training(mirrored):

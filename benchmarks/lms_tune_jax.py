@@ -8,7 +8,7 @@ Prints:
   - the replay's peak without LMS beside XLA's own figure for the compiled loss-and-gradient step on this
     CPU (``memory_analysis()``: arguments, outputs and temporaries), at batch 8 and 32;
   - the largest batch (multiples of 8) whose predicted peak is within 16 GiB, without LMS and with every
-    layer output offloaded (predictions of the jaxpr replay: no GPU has run them).
+    candidate offloaded (predictions of the jaxpr replay: no GPU has run them).
 
     KERAS_BACKEND=jax python benchmarks/lms_tune_jax.py [--skip-largest]
 """
@@ -87,7 +87,7 @@ def largest_batch(session, budget_bytes: int):
               f"{peak / GIB:.2f} GiB ({time.perf_counter() - started:.0f} s)", flush=True)
         return peak <= budget_bytes
 
-    for label, count in (("without LMS", 0), ("every layer output offloaded", -1)):
+    for label, count in (("without LMS", 0), ("every candidate offloaded", -1)):
         low, high = 8, 16
         while fits(high, count):
             low, high = high, high * 2
@@ -109,7 +109,7 @@ def main():
     first = session.estimate(Setting(-1, 1, 64))
     print(f"ResNet-50 224x224: session, trace and first prediction at batch 64 {time.perf_counter() - started:.1f} s; "
           f"{first.candidates} candidates; predicted peak {first.peak_bytes_without_lms / MIB:.0f} MiB without LMS, "
-          f"{first.peak_bytes / MIB:.0f} MiB with every layer output offloaded "
+          f"{first.peak_bytes / MIB:.0f} MiB with every candidate offloaded "
           f"({first.swapped_bytes_per_step / MIB:.0f} MiB out per step)")
     slider_response(session)
     for batch_size in (8, 32):

@@ -79,6 +79,14 @@ def mirrored_fits() -> dict:
             "swap_outs": [r.swap_out for r in stats.records], "device_peaks": stats.device_peaks,
             "planned_devices": again.stats.devices, "planned_swap_outs": [r.swap_out for r in again.stats.records],
             "planned_peaks": again.stats.device_peaks}
+        found["modes"] = {}
+        for mode in ("only", True):  # recompute only, and the hybrid plan (recomputes on the first replica)
+            moved = LMS(n_tensors=-1, min_bytes=0, verbose=0, recompute=mode)
+            model, mode_loss = fit([moved])
+            found["modes"][str(mode)] = {
+                "same": mode_loss == plain_loss and all(np.array_equal(a, b) for a, b in zip(plain.get_weights(),
+                                                                                             model.get_weights())),
+                "recomputed": moved.stats.recomputed_tensors, "records": len(moved.stats.records)}
         given = LMS(n_tensors=-1, min_bytes=0, verbose=0, device="/CPU:1")  # the second replica's device, named
         fit([given])
         found["given"] = {"devices": given.stats.devices, "peak": given.stats.device_peak_bytes,
@@ -153,6 +161,13 @@ def test_a_device_given_among_the_strategys_relieves_them_all(mirrored):
     given = mirrored["given"]
     assert given["devices"] == ["/CPU:0", "/CPU:1"] and given["peak"] < given["without"]
     assert all(peaks["with_lms"] < peaks["without_lms"] for peaks in given["peaks"].values())
+
+
+def test_recomputing_under_the_strategy_trains_to_the_bit_as_a_plain_fit(mirrored):
+    for mode, run in mirrored["modes"].items():
+        assert run["same"] and run["recomputed"] > 0, (mode, run)
+    only = mirrored["modes"]["only"]
+    assert only["records"] == 2 * only["recomputed"]  # each replica recomputes its own
 
 
 def test_devices_that_cannot_work_under_the_strategy_are_refused_before_training(mirrored):

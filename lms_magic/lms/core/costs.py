@@ -36,6 +36,19 @@ class StepCost:
     to_host_bytes_per_s: float
     to_device_bytes_per_s: float
 
+    @classmethod
+    def estimated(cls, compute_s: float, what: str, link) -> "StepCost":
+        """A cost whose compute is an estimate (``what`` says of what), over the host ``link`` (anything with
+        ``device_to_host``, ``host_to_device`` and ``source``: ``memory.bandwidth.LinkBandwidth``).
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> link = SimpleNamespace(device_to_host=1e9, host_to_device=2e9, source="a stated default")
+            >>> StepCost.estimated(0.5, "2 GFLOP at 4 GFLOP/s", link).source
+            'estimated: 2 GFLOP at 4 GFLOP/s; link: a stated default'
+        """
+        return cls(compute_s, f"estimated: {what}; link: {link.source}", link.device_to_host, link.host_to_device)
+
     def step_s(self, moved_bytes: int) -> float:
         """The predicted step time with ``moved_bytes`` copied out in the forward pass and back in the backward."""
         forward = self.compute_s * (1 - BACKWARD_SHARE)

@@ -63,6 +63,5 @@ def step_cost(function, specs, batch_shards: int = 1):
     if not flops:
         return None
     link = host_link_bandwidth()
-    return StepCost(flops / rate, f"estimated: XLA's {flops / 1e9:.1f} GFLOP for the loss and gradient at the "
-                                  f"device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); link: {link.source}",
-                    link.device_to_host, link.host_to_device)
+    return StepCost.estimated(flops / rate, f"XLA's {flops / 1e9:.1f} GFLOP for the loss and gradient at the device's "
+                                            f"matrix-product rate ({rate / 1e9:.0f} GFLOP/s)", link)

@@ -13,19 +13,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MeshLayout:
-    """The distribution's devices, and how many ways it splits the batch.
+    """The distribution's devices, and how many ways it splits the batch (``predict.per_device_specs``).
 
     Example:
-        >>> MeshLayout(("cpu:0", "cpu:1"), 2).per_device_batch(16)
-        8
+        >>> MeshLayout(("cpu:0", "cpu:1"), 2).batch_shards
+        2
     """
 
     devices: tuple[str, ...]
     batch_shards: int
-
-    def per_device_batch(self, batch: int) -> int:
-        """The rows of a ``batch`` one device holds (the largest share, where it does not divide evenly)."""
-        return -(-batch // self.batch_shards)
 
 
 def mesh_layout() -> MeshLayout | None:

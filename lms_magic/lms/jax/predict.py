@@ -277,7 +277,7 @@ def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) 
     """The :class:`JaxStep` of ``jax.value_and_grad(inner)`` at ``args``' shapes: ``inner`` is Keras's
     ``compute_loss_and_updates`` taking ``(trainable, non_trainable, metrics, x, y, sample_weight,
     optimizer_variables)``, traced under ``jax.checkpoint`` with every named output saveable (the residuals
-    of the step without LMS). Its layers' outputs must be named while it runs (:func:`named_outputs`).
+    of the step without LMS). ``inner`` names the values that are candidates (:func:`named_residuals`).
     ``batch_shards``: the batch is split so many ways over the devices (``keras.distribution``): the step is
     traced at one device's share of it."""
     import jax

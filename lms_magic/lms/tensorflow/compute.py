@@ -95,6 +95,5 @@ def step_cost(ops, batch_size: int | None, device: str):
     link = host_link_bandwidth()
     if not flops:
         return None
-    return StepCost(flops / rate, f"estimated: the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix "
-                                  f"products at the device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s); "
-                                  f"link: {link.source}", link.device_to_host, link.host_to_device)
+    return StepCost.estimated(flops / rate, f"the step's {flops / 1e9:.1f} GFLOP of convolutions and matrix products "
+                                            f"at the device's matrix-product rate ({rate / 1e9:.0f} GFLOP/s)", link)

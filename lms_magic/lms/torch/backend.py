@@ -152,10 +152,8 @@ class TorchBackend:
             return
         if compute_s <= 0:
             return
-        link = host_link_bandwidth()
-        cost = StepCost(compute_s, "estimated: the step's matrix FLOPs (torch.utils.flop_counter, read off two small "
-                                   f"runs) at the device's matrix-product rate; link: {link.source}",
-                        link.device_to_host, link.host_to_device)
+        cost = StepCost.estimated(compute_s, TorchStepPredictor.compute_estimate + ", read off two small runs",
+                                  host_link_bandwidth())
         self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
                           compute_s=cost.compute_s, compute_source=cost.source)
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import heapq
 from dataclasses import dataclass, field
 from typing import Iterator
+
+from .indexed import GraphCycleError, IndexedGraph, Replay
 
 
 @dataclass(frozen=True)
@@ -52,29 +53,6 @@ class Node:
     alias_input: int | None = None
     priority: float = 0.0
     forwards_input: bool = False
-
-
-@dataclass
-class Replay:
-    """What a replay found: the peak, where it happened, and the order used.
-
-    ``live_at_peak`` (with ``replay(..., explain=True)``) holds, for each
-    device buffer live at the peak, the tensor that last wrote it
-    ((producer name, output index)) and its bytes; with ``persistent_bytes``
-    they add up to ``peak_bytes``. ``live_bytes`` (with ``explain=True``) is
-    the device memory live after each node of ``order`` allocated its outputs
-    (``persistent_bytes`` included): the step's memory timeline.
-    """
-
-    peak_bytes: int
-    peak_after: str | None
-    order: list[str] = field(default_factory=list)
-    live_at_peak: list[tuple[tuple[str, int], int]] | None = None
-    live_bytes: list[int] | None = None
-
-
-class GraphCycleError(ValueError):
-    """The graph's edges form a cycle, so no execution order exists."""
 
 
 @contextlib.contextmanager
@@ -111,34 +89,8 @@ def execution_order(nodes: list[Node]) -> list[Node]:
         GraphCycleError: the edges form a cycle (the message names a node in it).
     """
     with collector_paused():
-        return _execution_order(nodes)
-
-
-def _execution_order(nodes: list[Node]) -> list[Node]:
-    by_name = {node.name: node for node in nodes}
-    waiting: dict[str, int] = {}
-    users: dict[str, list[str]] = {name: [] for name in by_name}
-    for node in nodes:
-        preds = {src for src, _ in node.inputs if src in by_name} | {src for src in node.control_inputs if src in by_name}
-        waiting[node.name] = len(preds)
-        for pred in preds:
-            users[pred].append(node.name)
-    ready = [(node.priority, position, node.name) for position, node in enumerate(nodes) if waiting[node.name] == 0]
-    heapq.heapify(ready)
-    readied = 0
-    order: list[Node] = []
-    while ready:
-        _, _, name = heapq.heappop(ready)
-        order.append(by_name[name])
-        for user in users[name]:
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                readied += 1
-                heapq.heappush(ready, (by_name[user].priority, -readied, user))
-    if len(order) != len(nodes):
-        stuck = next(name for name, count in waiting.items() if count > 0)
-        raise GraphCycleError(f"the graph has a cycle through {stuck!r}")
-    return order
+        graph = IndexedGraph(nodes)
+        return [graph.nodes[position] for position in graph.order()]
 
 
 STEP_START = 10.0**12  # how far before every program position a node that is ready from the start runs
@@ -205,99 +157,7 @@ def replay(nodes: list[Node], persistent_bytes: int = 0, explain: bool = False) 
         [(('x', 0), 100), (('y', 0), 50)]
     """
     with collector_paused():
-        return _replay(nodes, persistent_bytes, explain)
-
-
-def _replay(nodes: list[Node], persistent_bytes: int, explain: bool = False) -> Replay:
-    order = execution_order(nodes)
-    names = {node.name for node in nodes}
-    buffer_of: dict[tuple[str, int], int] = {}
-    buffer_bytes: list[int] = []
-    buffer_readers: list[int] = []
-    readers_of: dict[tuple[str, int], int] = {}
-    for node in nodes:
-        for source in node.inputs:
-            if source[0] in names:
-                readers_of[source] = readers_of.get(source, 0) + 1
-
-    live = peak = persistent_bytes
-    peak_after, peak_step = None, -1
-    # for explain: when each buffer was allocated and freed (replay steps), and who wrote it when
-    allocated_at: list[int] = []
-    freed_at: list[int] = []
-    writers: dict[int, list[tuple[int, tuple[str, int]]]] = {}
-    live_bytes: list[int] = []
-    for step, node in enumerate(order):
-        new_buffers = []
-        for index, n_bytes in enumerate(node.outputs):
-            key = (node.name, index)
-            forwarded = _forwardable(node, index, n_bytes, buffer_of, buffer_bytes, buffer_readers)
-            aliased = _aliased_input(node, index)
-            if aliased is not None and aliased in buffer_of:
-                buffer = buffer_of[aliased]
-            elif forwarded is not None:
-                buffer = forwarded
-                if explain:  # an in-place kernel: the buffer now holds this output
-                    writers.setdefault(buffer, []).append((step, key))
-            else:
-                buffer = len(buffer_bytes)
-                buffer_bytes.append(n_bytes if node.on_device else 0)
-                buffer_readers.append(0)
-                live += buffer_bytes[buffer]
-                new_buffers.append(buffer)
-                if explain:
-                    allocated_at.append(step)
-                    freed_at.append(len(order))
-                    writers[buffer] = [(step, key)]
-            buffer_of[key] = buffer
-            buffer_readers[buffer] += readers_of.get(key, 0)
-        if explain:
-            live_bytes.append(live)
-        if live > peak:
-            peak, peak_after, peak_step = live, node.name, step
-        for source in node.inputs:
-            buffer = buffer_of.get(source)
-            if buffer is None:
-                continue
-            buffer_readers[buffer] -= 1
-            if buffer_readers[buffer] == 0:
-                live -= buffer_bytes[buffer]
-                if explain:
-                    freed_at[buffer] = step
-        for buffer in new_buffers:  # outputs nobody reads are freed at once
-            if buffer_readers[buffer] == 0:
-                live -= buffer_bytes[buffer]
-                buffer_readers[buffer] = -1
-                if explain:
-                    freed_at[buffer] = step
-    result = Replay(peak_bytes=peak, peak_after=peak_after, order=[node.name for node in order])
-    if explain:
-        result.live_bytes = live_bytes  # a buffer freed at the peak's step was live when the peak was counted
-        result.live_at_peak = [
-            (max((w for w in writers[buffer] if w[0] <= peak_step), key=lambda w: w[0])[1], buffer_bytes[buffer])
-            for buffer in range(len(buffer_bytes))
-            if buffer_bytes[buffer] and allocated_at[buffer] <= peak_step <= freed_at[buffer]]
-    return result
-
-
-def _aliased_input(node: Node, index: int) -> tuple[str, int] | None:
-    if node.alias_input == -1:
-        return node.inputs[index] if index < len(node.inputs) else None
-    if index == 0 and node.alias_input is not None and node.alias_input < len(node.inputs):
-        return node.inputs[node.alias_input]
-    return None
-
-
-def _forwardable(node: Node, index: int, n_bytes: int, buffer_of, buffer_bytes, buffer_readers) -> int | None:
-    """An input buffer that output ``index`` can take over: same size, read by this node alone."""
-    if index != 0 or not node.forwards_input or not node.on_device:
-        return None
-    for source in node.inputs:
-        buffer = buffer_of.get(source)
-        if buffer is not None and buffer_readers[buffer] == 1 and buffer_bytes[buffer] == n_bytes > 0 \
-                and node.inputs.count(source) == 1:
-            return buffer
-    return None
+        return IndexedGraph(nodes).replay(persistent_bytes, explain)
 
 
 @dataclass(frozen=True)
@@ -329,21 +189,7 @@ def with_swaps(nodes: list[Node], swaps: list[Swap]) -> list[Node]:
         (200, 150)
     """
     by_name = {node.name: node for node in nodes}
-    rewired = {}
-    extra: list[Node] = []
-    for swap in swaps:
-        producer, index = swap.tensor
-        label = f"{producer}:{index}"
-        out_name, in_name, copy_name = f"{label}/swap_out", f"{label}/swap_in", f"{label}/device_copy"
-        trigger_priority = by_name[swap.trigger].priority if swap.trigger in by_name else 0.0
-        extra += [
-            Node(out_name, (swap.nbytes,), (swap.tensor,), on_device=False,
-                 priority=by_name[producer].priority if producer in by_name else 0.0),
-            Node(in_name, (swap.nbytes,), ((out_name, 0),), (swap.trigger,), on_device=False, priority=trigger_priority),
-            Node(copy_name, (swap.nbytes,), ((in_name, 0),), on_device=True, priority=trigger_priority),
-        ]
-        for consumer in swap.consumers:
-            rewired.setdefault(consumer, {})[swap.tensor] = (copy_name, 0)
+    extra, rewired = _swap_nodes(swaps, lambda name: by_name[name].priority if name in by_name else 0.0)
     result = []
     for node in nodes:
         if node.name in rewired:
@@ -352,3 +198,40 @@ def with_swaps(nodes: list[Node], swaps: list[Swap]) -> list[Node]:
                         node.on_device, node.alias_input, node.priority, node.forwards_input)
         result.append(node)
     return result + extra
+
+
+def replay_with_swaps(graph: IndexedGraph, swaps: list[Swap], persistent_bytes: int = 0,
+                      explain: bool = False) -> Replay:
+    """``replay(with_swaps(graph.nodes, swaps))``, on a graph numbered once: what a search over many sets of
+    swaps of one step replays.
+
+    Example:
+        >>> graph = IndexedGraph([Node("a", (100,), priority=0), Node("b", (1,), (("a", 0),), priority=1),
+        ...                       Node("c", (50,), (("b", 0),), priority=2), Node("e", (50,), (("c", 0),), priority=3),
+        ...                       Node("d", (0,), (("e", 0), ("a", 0)), priority=4)])
+        >>> replay_with_swaps(graph, []).peak_bytes, replay_with_swaps(graph, [Swap(("a", 0), ("d",), "e", 100)]).peak_bytes
+        (200, 150)
+    """
+    index, nodes = graph.index, graph.nodes
+    extra, rewired = _swap_nodes(swaps, lambda name: nodes[index[name]].priority if name in index else 0.0)
+    return graph.replay(persistent_bytes, explain, added=extra, rewired=rewired)
+
+
+def _swap_nodes(swaps: list[Swap], priority_of) -> tuple[list[Node], dict[str, dict]]:
+    """Each swap's host copy, swap-in and device copy, and the consumers' inputs it rewires (consumer -> {tensor:
+    the device copy})."""
+    rewired: dict[str, dict] = {}
+    extra: list[Node] = []
+    for swap in swaps:
+        producer, index = swap.tensor
+        label = f"{producer}:{index}"
+        out_name, in_name, copy_name = f"{label}/swap_out", f"{label}/swap_in", f"{label}/device_copy"
+        trigger_priority = priority_of(swap.trigger)
+        extra += [
+            Node(out_name, (swap.nbytes,), (swap.tensor,), on_device=False, priority=priority_of(producer)),
+            Node(in_name, (swap.nbytes,), ((out_name, 0),), (swap.trigger,), on_device=False, priority=trigger_priority),
+            Node(copy_name, (swap.nbytes,), ((in_name, 0),), on_device=True, priority=trigger_priority),
+        ]
+        for consumer in swap.consumers:
+            rewired.setdefault(consumer, {})[swap.tensor] = (copy_name, 0)
+    return extra, rewired

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..core.peak import LiveTensor, explain_peak
 from ..core.plan import Candidate
-from ..core.simulate import Node, Swap, replay, with_swaps
+from ..core.indexed import IndexedGraph
+from ..core.simulate import Node, Swap, collector_paused, replay_with_swaps
 
 # Equations that make no new buffer: their output is their input (a checkpoint name; float32 rounded to
 # float32's own precision).
@@ -218,15 +219,20 @@ class JaxStep:
                            for index, name in enumerate(sizes)]
         self._memo: dict[tuple, int] = {}
         self._explained: dict[tuple, object] = {}
+        self._indexed: IndexedGraph | None = None
 
-    def _nodes(self, offloaded: list[Candidate]) -> list[Node]:
-        return with_swaps(self.flat.nodes, [swap for c in offloaded for swap in self._swaps.get(c.tensor, ())])
+    def _replay(self, offloaded: list[Candidate], explain: bool = False):
+        if self._indexed is None:  # numbered once for the searches' replays (core/indexed.py)
+            self._indexed = IndexedGraph(self.flat.nodes)
+        with collector_paused():
+            return replay_with_swaps(self._indexed, [swap for c in offloaded for swap in self._swaps.get(c.tensor, ())],
+                                     explain=explain)
 
     def transient_peak(self, offloaded: list[Candidate]) -> int:
         """The predicted peak of the step's own bytes with the layers of ``offloaded`` in host memory."""
         key = tuple(sorted(c.tensor for c in offloaded))
         if key not in self._memo:
-            self._memo[key] = replay(self._nodes(offloaded)).peak_bytes
+            self._memo[key] = self._replay(offloaded).peak_bytes
         return self._memo[key]
 
     def explain(self, offloaded: list[Candidate], persistent: list[LiveTensor]) -> dict:
@@ -235,7 +241,7 @@ class JaxStep:
         copied back "activations_swapped_in", the batch "other"), the largest live tensors, the timeline."""
         key = tuple(sorted(c.tensor for c in offloaded))
         if key not in self._explained:  # a slider shows the same settings again, and "without LMS" at every move
-            self._explained[key] = replay(self._nodes(offloaded), explain=True)
+            self._explained[key] = self._replay(offloaded, explain=True)
         result = self._explained[key]
 
         def describe(tensor) -> LiveTensor:

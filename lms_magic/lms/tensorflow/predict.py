@@ -12,8 +12,9 @@ import dataclasses
 
 import tensorflow as tf
 
+from ..core.indexed import IndexedGraph
 from ..core.peak import LiveTensor, explain_peak
-from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay, with_swaps
+from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay, replay_with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
                     is_recompute_op,
                     is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
@@ -81,6 +82,7 @@ class TracedStep:
         self._by_name = {op.name: op for op in self.ops}
         self._position = {op.name: index for index, op in enumerate(self.ops)}
         self._nodes: list[Node] | None = None
+        self._indexed: IndexedGraph | None = None
         # the optimizer's ops come after the backward pass's last op in program order
         self.optimizer_after = max((index for index, op in enumerate(self.ops) if is_backward(op.name)), default=None)
         self._join_priority: dict[str, float] | None = None
@@ -114,7 +116,10 @@ class TracedStep:
     def replay(self, swaps: list[TensorCandidate] = (), explain: bool = False):
         """The liveness replay of the step with ``swaps``: its peak and the op after which it happens
         (and, with ``explain``, the buffers live there)."""
-        return replay(with_swaps(self.nodes(), _planned(swaps)), explain=explain)
+        if self._indexed is None:  # numbered once for the searches' replays (core/indexed.py)
+            self._indexed = IndexedGraph(self.nodes())
+        with collector_paused():
+            return replay_with_swaps(self._indexed, _planned(swaps), explain=explain)
 
     def explain(self, swaps: list[TensorCandidate], persistent: list[LiveTensor], layer_of,
                 optimizer_scope: str | None, result=None) -> dict:
@@ -250,6 +255,7 @@ class ExecutedStep:
         self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
                                                           optimizer_after=traced.optimizer_after)
         self.nodes = _recomputes_just_in_time(self.nodes)
+        self._indexed = None  # the nodes numbered for the replays (IndexedGraph), at the first
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
         self._host_ops: dict[str, str] = {}  # that swap name -> the host swap-in op (gated on the trigger)
         self._origin: dict[str, tuple[str, int]] = {}  # that _Recv -> the executed tensor it brings back
@@ -272,6 +278,10 @@ class ExecutedStep:
         kept = {self._swap_ins.get(swap_name(item.tensor.name)) for item in items}
         undone = {recv: origin for recv, origin in self._origin.items() if recv not in kept}
         with collector_paused():
+            if not gates and not reads:  # the search's replays: the graph numbered once (core/indexed.py)
+                if self._indexed is None:
+                    self._indexed = IndexedGraph(self.nodes)
+                return self._indexed.replay(substitute=undone).peak_bytes
             nodes = [node if not any(name in undone for name, _ in node.inputs) else
                      dataclasses.replace(node, inputs=tuple(undone[name] if name in undone else (name, index)
                                                             for name, index in node.inputs))

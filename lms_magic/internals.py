@@ -361,6 +361,18 @@ def clone_op(graph, op, inputs, name: str):
     return clone
 
 
+def pass_through_op(graph, op_type: str, tensor, name: str, shape=None):
+    """``tf.raw_ops.<op_type>(input=tensor, name=name)`` (and ``shape=shape``: ``EnsureShape``) in ``graph``, made
+    without the op-definition library's argument handling (most of a rewrite's time): the same node, device and
+    name. Its output."""
+    from tensorflow.core.framework import attr_value_pb2
+
+    attrs = {"T": attr_value_pb2.AttrValue(type=tensor.dtype.as_datatype_enum)}
+    if shape is not None:
+        attrs["shape"] = attr_value_pb2.AttrValue(shape=shape.as_proto())
+    return graph._create_op_internal(op_type, [tensor], [tensor.dtype], name=name, attrs=attrs).outputs[0]
+
+
 def set_op_device(op, device: str) -> None:
     """Places ``op`` on ``device``."""
     op._set_device(device)

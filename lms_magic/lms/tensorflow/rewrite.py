@@ -265,11 +265,11 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
         tensor = item.tensor
         base = swap_name(tensor.name)
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
-            swap_out = tf.raw_ops.EnsureShape(input=tensor, shape=tensor.shape, name=f"{SWAP_OUT_SCOPE}/{base}")
-            swap_in = tf.raw_ops.Snapshot(input=swap_out, name=f"{SWAP_IN_SCOPE}/{base}")
+            swap_out = internals.pass_through_op(graph, "EnsureShape", tensor, f"{SWAP_OUT_SCOPE}/{base}", tensor.shape)
+            swap_in = internals.pass_through_op(graph, "Snapshot", swap_out, f"{SWAP_IN_SCOPE}/{base}")
         internals.add_control_input(swap_in.op, item.trigger)
         with graph.as_default(), graph.name_scope(None), tf.device(item.consumers[0].device or None):
-            landed = tf.raw_ops.Snapshot(input=swap_in, name=landing_name(tensor))
+            landed = internals.pass_through_op(graph, "Snapshot", swap_in, landing_name(tensor))
         for consumer in item.consumers:
             _reroute(consumer, tensor, landed)
         for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy

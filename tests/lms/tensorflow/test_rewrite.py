@@ -75,3 +75,29 @@ def test_candidates_are_sized_at_the_batch_and_come_in_forward_order():
     positions = [item.candidate.forward_index for item in candidates]
     assert positions == sorted(positions)
     assert {item.candidate.layer_type for item in candidates} >= {"Conv2D"}
+
+
+def test_a_swap_op_is_the_node_tf_raw_ops_makes():
+    """The swap ops are made without the op-definition library (internals.pass_through_op): the nodes, devices
+    and names must be what ``tf.raw_ops`` makes, or Grappler could treat the step otherwise."""
+    from lms_magic import internals
+
+    made = {}
+
+    def step(x):
+        graph = tf.compat.v1.get_default_graph()
+        y = tf.nn.relu(x)
+        with graph.name_scope(None), tf.device("/CPU:1"):
+            made["raw"] = [tf.raw_ops.EnsureShape(input=y, shape=y.shape, name="out/t"),
+                           tf.raw_ops.Snapshot(input=y, name="in/t")]
+            made["fast"] = [internals.pass_through_op(graph, "EnsureShape", y, "out/t", y.shape),
+                            internals.pass_through_op(graph, "Snapshot", y, "in/t")]
+        return y
+
+    tf.function(step, autograph=False).get_concrete_function(tf.TensorSpec((None, 3), tf.float32))
+    for raw, fast in zip(made["raw"], made["fast"]):
+        assert (fast.op.name, fast.op.device) == (raw.op.name + "_1", raw.op.device)
+        raw_def, fast_def = raw.op.node_def, fast.op.node_def
+        raw_def.name = fast_def.name = ""
+        assert fast_def == raw_def
+        assert fast.shape.as_list() == raw.shape.as_list() == [None, 3]

@@ -7,7 +7,6 @@ nodes) and walks the graph with integers. Its results are those of ``simulate.re
 list, to the byte and the order (the tests compare the two on every change).
 
 Example:
-    >>> from lms_magic.lms.core.simulate import Node
     >>> graph = IndexedGraph([Node("x", (100,)), Node("copy", (100,), (("x", 0),)),
     ...                       Node("y", (10,), (("copy", 0),))])
     >>> graph.replay().peak_bytes, graph.replay(substitute={"copy": ("x", 0)}).peak_bytes
@@ -19,10 +18,33 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .simulate import Node
+
+@dataclass(frozen=True)
+class Node:
+    """One op of a graph, as the replay needs it.
+
+    Args:
+        name: unique name.
+        outputs: bytes of each output (0 for outputs that hold no new memory).
+        inputs: (node name, output index) of each data input.
+        control_inputs: names of nodes that must run first.
+        on_device: whether its outputs live in the accelerator's memory.
+        alias_input: the position of the input whose buffer output 0 shares,
+            -1 when every output i shares input i's buffer (``IdentityN``), or
+            None. Defaults to None.
+        priority: tie-break among ready nodes (lower runs first), such as the
+            program order. Defaults to 0.
+    """
+
+    name: str
+    outputs: tuple[int, ...] = ()
+    inputs: tuple[tuple[str, int], ...] = ()
+    control_inputs: tuple[str, ...] = ()
+    on_device: bool = True
+    alias_input: int | None = None
+    priority: float = 0.0
+    forwards_input: bool = False
 
 
 @dataclass
@@ -55,7 +77,7 @@ class IndexedGraph:
     """``nodes`` numbered once, for replays of the graph and of the graph with some nodes removed.
 
     Args:
-        nodes: the graph (``simulate.Node``), names unique.
+        nodes: the graph, names unique.
     """
 
     def __init__(self, nodes: list[Node]):

@@ -22,37 +22,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
-from .indexed import GraphCycleError, IndexedGraph, Replay
-
-
-@dataclass(frozen=True)
-class Node:
-    """One op of a graph, as the replay needs it.
-
-    Args:
-        name: unique name.
-        outputs: bytes of each output (0 for outputs that hold no new memory).
-        inputs: (node name, output index) of each data input.
-        control_inputs: names of nodes that must run first.
-        on_device: whether its outputs live in the accelerator's memory.
-        alias_input: the position of the input whose buffer output 0 shares,
-            -1 when every output i shares input i's buffer (``IdentityN``), or
-            None. Defaults to None.
-        priority: tie-break among ready nodes (lower runs first), such as the
-            program order. Defaults to 0.
-    """
-
-    name: str
-    outputs: tuple[int, ...] = ()
-    inputs: tuple[tuple[str, int], ...] = ()
-    control_inputs: tuple[str, ...] = ()
-    on_device: bool = True
-    alias_input: int | None = None
-    priority: float = 0.0
-    forwards_input: bool = False
+from .indexed import GraphCycleError, IndexedGraph, Node, Replay  # noqa: F401 (re-exported: the replay's words)
 
 
 @contextlib.contextmanager

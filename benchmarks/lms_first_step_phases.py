@@ -47,6 +47,9 @@ def main() -> None:
     timed("_rewrite", "rewrite")
     timed("on_train_begin", "LMS's train begin", LMS)
     timed("on_train_end", "LMS's train end", LMS)
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    timed("train_step", "Keras's train step traced", TensorFlowTrainer)  # called only while tracing
 
     class StepTimes(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):

@@ -47,6 +47,8 @@ def main() -> None:
     timed("_rewrite", "rewrite")
     timed("on_train_begin", "LMS's train begin", LMS)
     timed("on_train_end", "LMS's train end", LMS)
+    timed("on_train_batch_end", "LMS's batch end", LMS)
+    timed("_install", "LMS's train function made", LMS)
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     timed("train_step", "Keras's train step traced", TensorFlowTrainer)  # called only while tracing

@@ -87,14 +87,9 @@ class IndexedGraph:
         self._data = data = [tuple([(get(name, -1), output) for name, output in node.inputs]) for node in self.nodes]
         self._control = control = [tuple([get(name, -1) for name in node.control_inputs]) for node in self.nodes]
         self._priority = [node.priority for node in self.nodes]
-        self._outputs = [tuple([(position, index) for index in range(len(node.outputs))])
-                         for position, node in enumerate(self.nodes)]
-        self._device_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in self.nodes]
-        self._shares = [node.alias_input is not None or (node.forwards_input and node.on_device) for node in self.nodes]
         self._preds = preds = []
         self._users: list[list[int]] = [[] for _ in self.nodes]  # each in node order: the executor's tie-break
-        self._readers: dict[tuple[int, int], int] = {}  # (node, output) -> how many data inputs read it
-        users, readers = self._users, self._readers
+        users = self._users
         for position, inputs in enumerate(data):
             sources = {source for source, _ in inputs}
             sources.update(control[position])
@@ -102,10 +97,25 @@ class IndexedGraph:
             preds.append(sources)
             for source in sources:
                 users[source].append(position)
+        self._waiting = [len(sources) for sources in preds]
+        self._walked = False  # the walk's arrays, made at the first replay (an execution order needs none)
+
+    def _walk_arrays(self) -> None:
+        """Each node's output keys, device bytes and whether it may share an input's buffer, and each tensor's
+        readers: what the liveness walk reads."""
+        if self._walked:
+            return
+        self._outputs = [tuple([(position, index) for index in range(len(node.outputs))])
+                         for position, node in enumerate(self.nodes)]
+        self._device_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in self.nodes]
+        self._shares = [node.alias_input is not None or (node.forwards_input and node.on_device) for node in self.nodes]
+        self._readers: dict[tuple[int, int], int] = {}  # (node, output) -> how many data inputs read it
+        readers = self._readers
+        for inputs in self._data:
             for key in inputs:
                 if key[0] >= 0:
                     readers[key] = readers.get(key, 0) + 1
-        self._waiting = [len(sources) for sources in preds]
+        self._walked = True
 
     def replay(self, persistent_bytes: int = 0, explain: bool = False,
                substitute: dict[str, tuple[str, int]] | None = None, added: list[Node] = (),
@@ -114,6 +124,7 @@ class IndexedGraph:
         and its readers reading the tensor it maps to instead (any output of the removed node); the ``added``
         nodes after the graph's; each node named in ``rewired`` reading, for each tensor in its mapping, the
         tensor it maps to."""
+        self._walk_arrays()
         change = _Change(self, substitute or {}, list(added), rewired or {})
         order = self._order(change)
         peak, peak_step, live_bytes, buffers = _walk(change, order, persistent_bytes, explain)
@@ -130,7 +141,7 @@ class IndexedGraph:
         Raises:
             GraphCycleError: the edges form a cycle (the message names a node in it).
         """
-        return self._order(_Change(self, {}, [], {}))
+        return self._order(_Change(self, {}, [], {}, walk=False))
 
     def _order(self, change: _Change) -> list[int]:
         """The execution order (``simulate.execution_order``'s rule) of the graph as changed."""
@@ -158,7 +169,7 @@ class IndexedGraph:
 class _Change:
     """One replay's graph: the indexed graph's arrays, copied where the change touches them."""
 
-    def __init__(self, graph: IndexedGraph, substitute: dict, added: list[Node], rewired: dict):
+    def __init__(self, graph: IndexedGraph, substitute: dict, added: list[Node], rewired: dict, walk: bool = True):
         base = len(graph.nodes)
         index = graph.index
         added_index = {node.name: base + offset for offset, node in enumerate(added)}
@@ -185,12 +196,6 @@ class _Change:
             controls[base + offset] = tuple(get(name) for name in node.control_inputs)
         self.data = graph._data
         self.priority = graph._priority + [node.priority for node in added] if added else graph._priority
-        self.outputs = graph._outputs + [tuple((base + offset, i) for i in range(len(node.outputs)))
-                                         for offset, node in enumerate(added)] if added else graph._outputs
-        self.device_bytes = graph._device_bytes + [node.outputs if node.on_device else (0,) * len(node.outputs)
-                                                   for node in added] if added else graph._device_bytes
-        self.shares = graph._shares + [node.alias_input is not None or (node.forwards_input and node.on_device)
-                                       for node in added] if added else graph._shares
         self.waiting = graph._waiting + [0] * len(added)
         self.users: dict[int, list[int]] = {base + offset: [] for offset in range(len(added))}  # changed lists
         for gone in removed:
@@ -206,6 +211,17 @@ class _Change:
                 self._users_of(graph, source).remove(position)
             for source in preds - before:
                 insort(self._users_of(graph, source), position)
+        if walk:
+            self._walk_arrays(graph, base, added, removed)
+
+    def _walk_arrays(self, graph: IndexedGraph, base: int, added: list[Node], removed: set[int]) -> None:
+        """The walk's arrays (``IndexedGraph._walk_arrays``) of the graph as changed."""
+        self.outputs = graph._outputs + [tuple((base + offset, i) for i in range(len(node.outputs)))
+                                         for offset, node in enumerate(added)] if added else graph._outputs
+        self.device_bytes = graph._device_bytes + [node.outputs if node.on_device else (0,) * len(node.outputs)
+                                                   for node in added] if added else graph._device_bytes
+        self.shares = graph._shares + [node.alias_input is not None or (node.forwards_input and node.on_device)
+                                       for node in added] if added else graph._shares
         self.readers = graph._readers
         if self.inputs or removed:
             self.readers = readers = dict(graph._readers)

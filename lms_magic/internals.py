@@ -363,8 +363,8 @@ def clone_op(graph, op, inputs, name: str):
 
 def pass_through_op(graph, op_type: str, tensor, name: str, shape=None):
     """``tf.raw_ops.<op_type>(input=tensor, name=name)`` (and ``shape=shape``: ``EnsureShape``) in ``graph``, made
-    without the op-definition library's argument handling (most of a rewrite's time): the same node, device and
-    name. Its output."""
+    without the op-definition library's argument handling (most of the swap ops' making, under a profiler): the
+    same node, device and name. Its output."""
     from tensorflow.core.framework import attr_value_pb2
 
     attrs = {"T": attr_value_pb2.AttrValue(type=tensor.dtype.as_datatype_enum)}

@@ -105,10 +105,7 @@ class IndexedGraph:
         readers: what the liveness walk reads."""
         if self._walked:
             return
-        self._outputs = [tuple([(position, index) for index in range(len(node.outputs))])
-                         for position, node in enumerate(self.nodes)]
-        self._device_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in self.nodes]
-        self._shares = [node.alias_input is not None or (node.forwards_input and node.on_device) for node in self.nodes]
+        self._outputs, self._device_bytes, self._shares = _walk_fields(self.nodes, 0)
         self._readers: dict[tuple[int, int], int] = {}  # (node, output) -> how many data inputs read it
         readers = self._readers
         for inputs in self._data:
@@ -216,12 +213,9 @@ class _Change:
 
     def _walk_arrays(self, graph: IndexedGraph, base: int, added: list[Node], removed: set[int]) -> None:
         """The walk's arrays (``IndexedGraph._walk_arrays``) of the graph as changed."""
-        self.outputs = graph._outputs + [tuple((base + offset, i) for i in range(len(node.outputs)))
-                                         for offset, node in enumerate(added)] if added else graph._outputs
-        self.device_bytes = graph._device_bytes + [node.outputs if node.on_device else (0,) * len(node.outputs)
-                                                   for node in added] if added else graph._device_bytes
-        self.shares = graph._shares + [node.alias_input is not None or (node.forwards_input and node.on_device)
-                                       for node in added] if added else graph._shares
+        outputs, device_bytes, shares = _walk_fields(added, base)
+        self.outputs, self.device_bytes, self.shares = (graph._outputs + outputs, graph._device_bytes + device_bytes,
+                                                        graph._shares + shares)
         self.readers = graph._readers
         if self.inputs or removed:
             self.readers = readers = dict(graph._readers)
@@ -238,6 +232,14 @@ class _Change:
         if source not in self.users:
             self.users[source] = list(graph._users[source])
         return self.users[source]
+
+
+def _walk_fields(nodes: list[Node], first: int) -> tuple[list, list, list]:
+    """For ``nodes`` numbered from ``first``: each one's output keys, the bytes each output holds on the device,
+    and whether it may share an input's buffer (aliasing or in place)."""
+    return ([tuple([(first + offset, index) for index in range(len(node.outputs))]) for offset, node in enumerate(nodes)],
+            [node.outputs if node.on_device else (0,) * len(node.outputs) for node in nodes],
+            [node.alias_input is not None or (node.forwards_input and node.on_device) for node in nodes])
 
 
 def _walk(change: _Change, order, persistent_bytes, explain):

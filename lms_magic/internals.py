@@ -87,6 +87,32 @@ def build_for_training(model, data_batch) -> bool:
     return True
 
 
+def build_before_trace(model, element_spec) -> bool:
+    """Builds the model's metrics, loss and optimizer state on the batch's ``element_spec`` (the train function's
+    iterator's) before its first trace, as Keras does itself under a distribution strategy. Without one, Keras builds
+    them inside the first trace, and TensorFlow traces a function whose first trace made variables a second time.
+
+    False where nothing was built: nothing left to build, a layer not built yet (its initial weights are drawn in
+    the trace, as Keras draws them), a batch not of dense tensors, or a build that failed (the trace builds what
+    this did not, as without it).
+    """
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(element_spec) if element_spec is not None else []
+    if not leaves or not all(type(leaf) is tf.TensorSpec for leaf in leaves):
+        return False
+    parts = (getattr(model, "optimizer", None), getattr(model, "_compile_metrics", None),
+             getattr(model, "_compile_loss", None))
+    if all(part is None or part.built for part in parts):
+        return False
+    if not all(layer.built for layer in model._flatten_layers()):
+        return False
+    try:
+        return build_for_training(model, element_spec)
+    except Exception:  # a best effort: the first trace builds what this did not
+        return False
+
+
 def _graphs_of(model) -> list:
     """Every Keras graph (Functional) that runs when ``model`` is called: its own, a Sequential's, nested ones."""
     graphs = []

@@ -93,6 +93,20 @@ class TensorFlowBackend(ExecutedStepChecks):
         self._options_key = options_key(options)  # what of the options the remembered plan depends on
         self._found = None  # the first trace's candidates and notes, kept by _reuse for _traced_plan
         self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them
+        self._state_built = False  # the model's state built before the first trace (train_function)
+
+    def train_function(self, function):
+        """``function`` (Keras's train function over the LMS step) with the model's metrics, loss and optimizer
+        state built before its first call (``internals.build_before_trace``): Keras would build them inside the
+        first trace, and TensorFlow would then trace the step, and LMS rewrite it, a second time."""
+
+        def call(iterator, *rest, **kwargs):
+            if not self._state_built:
+                self._state_built = True
+                internals.build_before_trace(self.model, getattr(iterator, "element_spec", None))
+            return function(iterator, *rest, **kwargs)
+
+        return call
 
     @contextlib.contextmanager
     def step_scope(self):

@@ -245,16 +245,53 @@ def test_outside_the_supported_versions_lms_refuses_before_changing_anything(lms
     assert callback.stats.swapped_tensors > 0
 
 
+def counted_traces(model) -> list:
+    """An entry each time ``model``'s train step is traced."""
+    traces, original = [], model.train_step
+
+    def counted(data):
+        if not tf.executing_eagerly():
+            traces.append(1)
+        return original(data)
+
+    object.__setattr__(model, "train_step", counted)
+    return traces
+
+
 def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_again(lms_options):
-    """Keras traces the train step twice when the first trace creates variables (Adam's slots here)."""
-    model = models.residual_bn_dropout()
+    """Keras traces the train step twice when the first trace creates variables: here the layers' own (a Sequential
+    without an input shape is built in its first trace, which LMS leaves to Keras) and Adam's slots."""
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([layer for _ in range(4) for layer in (keras.layers.Conv2D(16, 3, padding="same"),
+                                                                    keras.layers.BatchNormalization(),
+                                                                    keras.layers.Activation("relu"))]
+                             + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    traces = counted_traces(model)
     callback = LMS(**{**lms_options, "n_tensors": None})
     fit(model, [callback])
+    assert len(traces) == 3  # the probe's two, and the plan's
     swap_ins = [node.name for graph in callback.stats.partition_graphs for node in graph.node
                 if node.op == "Snapshot" and "lms_swap_in/" in node.name]
     assert len(swap_ins) == callback.stats.swapped_tensors > 0  # the graph that ran swaps what was planned
     assert all(any(name.endswith(record.swap_in) for name in swap_ins) for record in callback.stats.records)
+
+
+def test_the_model_state_is_built_before_the_first_trace_so_a_probing_fit_traces_once_per_plan(lms_options):
+    """Keras builds the optimizer's slots and the metrics inside the first trace, and TensorFlow then traces the
+    step again; LMS builds them first (as Keras does under a distribution strategy): the probe is traced once, the
+    plan once, and the fit trains as a plain one does."""
+    plain, with_lms = models.residual_bn_dropout(), models.residual_bn_dropout()
+    for model in (plain, with_lms):
+        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    plain_traces, traces = counted_traces(plain), counted_traces(with_lms)
+    callback = LMS(**{**lms_options, "n_tensors": None})
+    expected, history = fit(plain), fit(with_lms, [callback])
+    assert callback.stats.swapped_tensors > 0 and callback.stats.plan_rule is Rule.LOWEST_PEAK
+    assert len(plain_traces) == 2 and len(traces) == 2  # the probe and the plan: one trace each
+    assert [v.shape for v in with_lms.optimizer.variables] == [v.shape for v in plain.optimizer.variables]
+    assert_same_training((plain, expected), (with_lms, history))
 
 
 @pytest.mark.parametrize("source, expected", [("arrays", "the fit call's batch_size"), ("tf.data", "the dataset's batch()"),
@@ -343,7 +380,9 @@ def test_where_the_step_fits_the_device_with_room_nothing_is_probed_or_traced_ag
     fit_reference(traces=plain_traces)
     model, history = fit_reference([callback], traces=traces)
     stats, (backend,) = callback.stats, backends
-    assert len(traces) == len(plain_traces)  # no second trace: the step is traced as often as without LMS
+    # no second trace: one, where Keras's own first fit traces twice (its first trace makes the optimizer's slots,
+    # and TensorFlow traces a function that made variables again); LMS builds them before it
+    assert len(traces) == 1 < len(plain_traces)
     assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == 2 * plain_peak
     assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0
     assert stats.steps == 4 and stats.partition_graphs is None and backend.executed is None  # no probe, no replay
@@ -366,7 +405,7 @@ def test_where_the_step_fits_the_device_without_room_the_executed_graphs_check_i
     fit_reference(traces=plain_traces)
     model, history = fit_reference([callback], traces=traces)
     stats = callback.stats
-    assert len(traces) > len(plain_traces)  # the model's own train function is traced after LMS's
+    assert len(traces) == 2  # LMS's (once: the model's state is built before it), then the model's own
     assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == usable
     assert stats.device_peak_bytes <= stats.budget_bytes
     assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0 and stats.steps == 1

@@ -62,7 +62,7 @@ def main() -> None:
     wall_s = time.perf_counter() - started
     if args.profile:
         profile.disable()
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profile).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("TOP", "30")))
     print(f"TensorFlow {tf.__version__}, {args.model} {args.size}x{args.size}, batch {args.batch}, capacity "
           f"{args.capacity}, frontier at {len(sizes)} batch sizes {sizes[0]}..{sizes[-1]} x {len(found.modes)} ways")
     print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}; the others read off two)")

@@ -41,6 +41,8 @@ def op_flops(op, batch_size: int | None) -> int:
     spatial size and input channels; a product's, its output times the contracted size (for an einsum, the
     size that makes the operands' and output's element counts consistent).
     """
+    if op.type not in _CONVOLUTIONS and op.type not in _PRODUCTS:
+        return 0
     try:
         shapes = [_shape(tensor, batch_size) for tensor in list(op.inputs) + list(op.outputs)]
     except (ValueError, TypeError):

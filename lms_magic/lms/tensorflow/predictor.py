@@ -10,7 +10,10 @@ sliders call, and what ``predict_step`` and the budget search use. With
 ``rescale_batches`` (``explain_fit``'s searches over batch sizes), two traces
 serve every batch size: each tensor dimension that differs between them grows
 linearly with the batch (``rewrite.Rescaled``), which predicts what a trace at
-that batch does, to the byte on the tested models.
+that batch does, to the byte on the tested models. Where every tensor's bytes are
+then a line in the batch, a prediction at a batch read off the two traces needs
+no replay of its own: the replays at the two traced batch sizes give the live
+bytes at every step as lines (``core/batch_lines.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import time
 
 import tensorflow as tf
 
+from ... import internals
+from ..core.batch_lines import live_lines, size_coincidences
 from ..core.plan import Selection
 from ..core.prediction import Prediction, PrefixPredictions
 from ..options import compiled_model, whole_number
@@ -97,6 +102,9 @@ class StepPredictor(PrefixPredictions):
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
         self._source = None  # what _rescale_source found (False: the two traces differ)
+        self._linear = False  # every tensor of the two traces grows linearly with the batch (_rescale_source)
+        self._coincidences: set[int] | None = None  # batch sizes the lines do not serve (core/batch_lines.py)
+        self._lines: dict[tuple[int, int], object] = {}  # (lb, count) -> LiveLines (or None: not lines)
 
     rescale_batches = False  # with True, batch sizes past the first two traced are read off those two (see trace)
 
@@ -115,6 +123,7 @@ class StepPredictor(PrefixPredictions):
         if batch_size not in self._steps:
             specs = _specs(self.sample, batch_size)
             started = time.perf_counter()
+            internals.build_before_trace(self.model, specs)  # else the first trace is made twice (see internals)
             with LeanOps(self.model).applied() if self.lean_ops else contextlib.nullcontext():
                 graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
             self.trace_s = time.perf_counter() - started
@@ -148,7 +157,32 @@ class StepPredictor(PrefixPredictions):
             self._source = ((first.batch_size, first), (second.batch_size, {
                 tensor.name: tensor.shape.as_list() for op in second.ops for tensor in op.outputs
                 if tensor.shape.rank is not None})) if same else False
+            if same:
+                self._linear = _grow_linearly(first, self._source[1][0], self._source[1][1])
         return self._source or None
+
+    def _live_lines(self, lb: int, batch_size: int, count: int):
+        """The live bytes of the step with the first ``count`` candidates moved as lines in the batch size
+        (``core/batch_lines.py``), where ``batch_size`` is read off the first two traces, every tensor grows
+        linearly with the batch, and its first ``count`` candidates are the traces'; else None (a replay)."""
+        source = self._rescale_source() if self.rescale_batches and not self.order_backward else None
+        if source is None or not self._linear or batch_size in self._traced[:2]:
+            return None
+        (first, first_step), (second, _) = source
+        if self._coincidences is None:
+            self._coincidences = size_coincidences(first, first_step.nodes(), second, self._plain[second].nodes())
+            if self._coincidences is None:  # an in-place choice differed between the two traces
+                self._linear = False
+                return None
+        if batch_size in self._coincidences:
+            return None
+        names = [item.candidate.tensor for item in self.candidates(lb, batch_size)[:count]]
+        if any(names != [item.candidate.tensor for item in self.candidates(lb, base)[:count]] for base in (first, second)):
+            return None
+        key = (lb if count else 0, count)
+        if key not in self._lines:
+            self._lines[key] = live_lines(first, self._replay(lb, first, count), second, self._replay(lb, second, count))
+        return self._lines[key]
 
     def candidates(self, lb: int, batch_size: int) -> list:
         """The eligible candidates (TensorCandidate) at this ``lb`` and batch size, in forward order."""
@@ -177,7 +211,8 @@ class StepPredictor(PrefixPredictions):
         return [item.candidate for item in self.candidates(lb, batch_size)]
 
     def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
-        return self._replay(lb, batch_size, count).peak_bytes
+        lines = self._live_lines(lb, batch_size, count)
+        return lines.peak_bytes(batch_size) if lines is not None else self._replay(lb, batch_size, count).peak_bytes
 
     def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict:
         """``stats["peak"]`` (lms/peak.py) of the prediction with the first ``n_tensors`` candidates swapped
@@ -195,6 +230,31 @@ class StepPredictor(PrefixPredictions):
 
         step = self.trace(batch_size)
         return step_flops(step.ops, step.batch_size) / device_flops_per_s(device)
+
+
+def _grow_linearly(first: TracedStep, other: int, other_dims: dict) -> bool:
+    """Whether each tensor of ``first``, read at any batch (``Rescaled``), has bytes linear in the batch: at most one
+    dimension that grows with it, by a whole number per sample."""
+    traced, apart = first.batch_size, other - first.batch_size
+    for op in first.ops:
+        for tensor in op.outputs:
+            if tensor.shape.rank is None:
+                continue
+            dims = tensor.shape.as_list()
+            again = other_dims.get(tensor.name)
+            if again is None or len(again) != len(dims):
+                again = [None] * len(dims)
+            growing = 0
+            for dim, later in zip(dims, again):
+                if dim is None or (later is None and dim == traced):
+                    growing += 1
+                elif later is not None and later != dim:
+                    if (later - dim) % apart:
+                        return False
+                    growing += 1
+            if growing > 1:
+                return False
+    return True
 
 
 __all__ = ["StepPredictor", "Prediction"]

@@ -1,0 +1,117 @@
+"""A step's memory at every batch size from two replays: where each tensor's bytes grow linearly with the batch.
+
+The replay's order does not depend on sizes, and neither does what it frees when. So where every tensor's bytes
+are a line in the batch size, the bytes live after each step of the order are lines too, and two replays of the
+same graph at two batch sizes give them at every batch size: the peak at any batch is the highest of those lines
+there, with no replay. One thing in the replay compares sizes: an in-place kernel takes over an input's buffer
+of its output's size. :func:`size_coincidences` finds the batch sizes where that choice could differ from the
+two replays' (``explain_fit``'s searches over batch sizes replay at the others).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .indexed import Node, Replay
+
+
+@dataclass(frozen=True)
+class LiveLines:
+    """The bytes live after each step of a replay, as lines in the batch size.
+
+    Example:
+        >>> lines = live_lines(8, Replay(80, "b", ["a", "b"], live_bytes=[40, 80]),
+        ...                    16, Replay(160, "b", ["a", "b"], live_bytes=[80, 160]))
+        >>> lines.peak_bytes(12), lines.peak_bytes(100)
+        (120, 1000)
+    """
+
+    batch_size: int
+    highest: tuple[tuple[int, int], ...]  # (bytes per sample, bytes at batch_size): the lines that are highest somewhere
+
+    def peak_bytes(self, batch_size: int) -> int:
+        """The replay's peak at ``batch_size`` (0 where nothing is live: a replay's peak starts at 0)."""
+        grown = batch_size - self.batch_size
+        return max(0, max((live + slope * grown for slope, live in self.highest), default=0))
+
+
+def _highest(lines: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Of ``lines`` (slope, value at 0), those highest at some point: the upper envelope, by rising slope. A line
+    between two others is dropped where those two meet at or above it (whole-number arithmetic: exact)."""
+    best: dict[int, int] = {}
+    for slope, value in lines:
+        if value > best.get(slope, value - 1):
+            best[slope] = value
+    kept: list[tuple[int, int]] = []
+    for slope, value in sorted(best.items()):
+        while len(kept) >= 2:
+            (s1, v1), (s2, v2) = kept[-2], kept[-1]
+            # the middle line never highest: the outer two meet at or left of where the first and middle meet
+            if (v1 - value) * (s2 - s1) <= (v1 - v2) * (slope - s1):
+                kept.pop()
+            else:
+                break
+        kept.append((slope, value))
+    return tuple(kept)
+
+
+def live_lines(first_batch: int, first: Replay, second_batch: int, second: Replay) -> LiveLines | None:
+    """The lines through two explained replays (``explain=True``) of one graph at two batch sizes; None where the
+    two walked different orders, or a step's bytes do not grow by a whole number of bytes per sample (not a
+    line through whole tensors)."""
+    if first.order != second.order or first.live_bytes is None or second.live_bytes is None:
+        return None
+    apart = second_batch - first_batch
+    if apart == 0:
+        return None
+    lines = []
+    for low, high in zip(first.live_bytes, second.live_bytes):
+        slope, rest = divmod(high - low, apart)
+        if rest:
+            return None
+        lines.append((slope, low))
+    return LiveLines(first_batch, _highest(lines))
+
+
+def size_coincidences(first_batch: int, first: list[Node], second_batch: int, second: list[Node]) -> set[int] | None:
+    """The batch sizes where an in-place kernel's choice (take over an input's buffer of its output's size) could
+    differ from what it was in the two node lists of one graph at two batch sizes; None where it differed between
+    those two (their lines then say nothing of other batch sizes).
+
+    Each node that may take an input's buffer compares its first output's bytes with each data input's: two lines
+    that are one line agree at every batch, two that are apart at both batch sizes can meet at one.
+
+    Example:
+        >>> nodes = lambda batch: [Node("w", (4000,)), Node("x", (40 * batch,)),
+        ...                        Node("y", (40 * batch,), (("x", 0), ("w", 0)), forwards_input=True)]
+        >>> size_coincidences(8, nodes(8), 16, nodes(16))  # y meets w's size at batch 100
+        {100}
+    """
+    outputs_first = {node.name: node.outputs for node in first}
+    outputs_second = {node.name: node.outputs for node in second}
+    apart = second_batch - first_batch
+    batches: set[int] = set()
+    if [node.name for node in first] != [node.name for node in second]:
+        return None
+    for node, again in zip(first, second):
+        if not (node.forwards_input and node.on_device and node.outputs):
+            continue
+        out_low, out_high = node.outputs[0], again.outputs[0]
+        for name, index in node.inputs:
+            low, high = outputs_first.get(name, ()), outputs_second.get(name, ())
+            if index >= len(low) or index >= len(high):
+                continue
+            in_low, in_high = low[index], high[index]
+            if (in_low == out_low) != (in_high == out_high):
+                return None
+            if in_low == out_low:
+                continue  # one line (or two that agree at both: one line through whole bytes)
+            closing = (out_high - out_low) - (in_high - in_low)  # how the gap changes over ``apart`` samples
+            if closing and ((in_low - out_low) * apart) % closing == 0:
+                meet = first_batch + (in_low - out_low) * apart // closing
+                if meet > 0:
+                    batches.add(meet)
+    return batches
+
+
+__all__ = ["LiveLines", "live_lines", "size_coincidences"]

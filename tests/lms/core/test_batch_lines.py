@@ -1,0 +1,71 @@
+"""A step's peak at any batch size read off two replays (core/batch_lines.py), against a replay at that batch:
+the frontier's searches over batch sizes take the one for the other."""
+
+import random
+
+import pytest
+
+from lms_magic.lms.core.batch_lines import live_lines, size_coincidences
+from lms_magic.lms.core.simulate import Node, replay
+
+
+def graph_at(seed: int, size: int = 60):
+    """A random graph whose node sizes are lines in the batch size (per-sample bytes, and a fixed part such as a
+    weight's), with aliasing and in-place nodes, control edges and tied priorities: a function of the batch."""
+    rng = random.Random(seed)
+    shape = []
+    for index in range(size):
+        sources = rng.sample(range(index), k=min(index, rng.randint(0, 3)))
+        controls = tuple(f"n{s}" for s in rng.sample(range(index), k=min(index, rng.randint(0, 1))))
+        lines = tuple((rng.choice([0, 0, 40, 96]), rng.choice([0, 8, 16, 64])) for _ in range(rng.choice([1, 1, 2])))
+        shape.append((f"n{index}", lines, tuple((f"n{s}", 0) for s in sources), controls, rng.random() > 0.1,
+                      rng.choice([None, None, None, 0, -1]) if sources else None, rng.randint(0, size // 2),
+                      rng.random() < 0.4))
+
+    def at(batch: int) -> list[Node]:
+        return [Node(name, tuple(fixed + per_sample * batch for fixed, per_sample in lines), inputs, controls, on_device,
+                     alias, priority, forwards) for name, lines, inputs, controls, on_device, alias, priority, forwards in shape]
+
+    return at
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_peak_at_any_batch_is_the_replay_at_that_batch(seed):
+    at = graph_at(seed)
+    coincidences = size_coincidences(4, at(4), 9, at(9))
+    if coincidences is None:  # an in-place choice differs between the two batch sizes: no lines
+        return
+    lines = live_lines(4, replay(at(4), explain=True), 9, replay(at(9), explain=True))
+    assert lines is not None
+    for batch in range(1, 200):
+        if batch not in coincidences:
+            assert lines.peak_bytes(batch) == replay(at(batch)).peak_bytes, batch
+
+
+def test_where_sizes_meet_at_one_batch_the_in_place_choice_changes_there_and_that_batch_is_left_to_a_replay():
+    def at(batch):  # "y" may take over the buffer of "w" (fixed) or of "x" (grows): sizes meet at batch 25
+        return [Node("w", (1000,), priority=0), Node("x", (24 * batch,), priority=1),
+                Node("y", (40 * batch,), (("w", 0), ("x", 0)), priority=2, forwards_input=True),
+                Node("z", (8,), (("y", 0),), priority=3)]
+
+    assert size_coincidences(8, at(8), 16, at(16)) == {25}
+    lines = live_lines(8, replay(at(8), explain=True), 16, replay(at(16), explain=True))
+    assert lines.peak_bytes(25) != replay(at(25)).peak_bytes  # the replay at 25 shares w's buffer
+    assert all(lines.peak_bytes(batch) == replay(at(batch)).peak_bytes for batch in (1, 24, 26, 100))
+
+
+def test_an_in_place_choice_that_differs_between_the_two_batch_sizes_gives_no_lines():
+    def at(batch):
+        return [Node("w", (1000,), priority=0),
+                Node("y", (125 * batch,), (("w", 0),), priority=1, forwards_input=True)]
+
+    assert size_coincidences(8, at(8), 16, at(16)) is None  # y takes w's buffer at 8, not at 16
+
+
+def test_two_walks_of_different_orders_or_bytes_not_whole_per_sample_give_no_lines():
+    at = graph_at(1)
+    first, second = replay(at(4), explain=True), replay(at(9), explain=True)
+    assert live_lines(4, first, 9, second) is not None
+    assert live_lines(4, first, 10, second) is None  # 5 batch sizes apart, not 6: not whole bytes per sample
+    second.order = list(reversed(second.order))
+    assert live_lines(4, first, 9, second) is None

@@ -92,12 +92,14 @@ def build_before_trace(model, element_spec) -> bool:
     iterator's) before its first trace, as Keras does itself under a distribution strategy. Without one, Keras builds
     them inside the first trace, and TensorFlow traces a function whose first trace made variables a second time.
 
-    False where nothing was built: nothing left to build, a layer not built yet (its initial weights are drawn in
-    the trace, as Keras draws them), a batch not of dense tensors, or a build that failed (the trace builds what
-    this did not, as without it).
+    False where nothing was built: nothing left to build, a distribution strategy (Keras builds them in its scope
+    before a fit's first trace), a layer not built yet (its initial weights are drawn in the trace, as Keras draws
+    them), a batch not of dense tensors, or a build that failed (the trace builds what this did not, as without it).
     """
     import tensorflow as tf
 
+    if getattr(model, "_distribute_strategy", None) is not None:
+        return False
     leaves = tf.nest.flatten(element_spec) if element_spec is not None else []
     if not leaves or not all(type(leaf) is tf.TensorSpec for leaf in leaves):
         return False

@@ -34,7 +34,7 @@ def main() -> None:
     import lms_magic
     from lms_magic.lms.tensorflow.predictor import StepPredictor
 
-    traces = []
+    traces, trace_s = [], []  # the batch sizes traced, and each trace's seconds (Keras's train step traced)
     trace = StepPredictor.trace
 
     def counted(self, batch_size):
@@ -43,6 +43,7 @@ def main() -> None:
         step = trace(self, batch_size)
         if len(self._steps if made is None else made) > before:
             traces.append(batch_size)
+            trace_s.append(self.trace_s)
         return step
 
     StepPredictor.trace = counted
@@ -65,7 +66,8 @@ def main() -> None:
         pstats.Stats(profile).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("TOP", "30")))
     print(f"TensorFlow {tf.__version__}, {args.model} {args.size}x{args.size}, batch {args.batch}, capacity "
           f"{args.capacity}, frontier at {len(sizes)} batch sizes {sizes[0]}..{sizes[-1]} x {len(found.modes)} ways")
-    print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}; the others read off two)")
+    print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}; the others read off two), "
+          f"each {', '.join(f'{seconds:.1f}' for seconds in trace_s)} s")
     print(found)
 
 

@@ -3,8 +3,9 @@
 keras.applications models, no weights, SGD with momentum; two predictors of one model, each tracing batch 64 and
 156 (as ``explain_fit``'s first two traces): one reads the other batch sizes' peaks off lines, the other replays
 them. Compared: the predicted peak with 0, 1, a third, half, all but one and all candidates moved, at 7 batch
-sizes. Printed per model: whether its tensors grow linearly (else both replay; where the two traces differ, each
-batch size is traced), the count compared and differing, and the seconds each took (base replays included).
+sizes. Printed per model: whether its peaks are read off lines (every tensor linear in the batch; else both
+replay; where the two traces differ, each batch size is traced), the count compared and differing, and the seconds
+each took (base replays included).
 
     python benchmarks/explain_lines_check.py --models ResNet50:224 DenseNet121:64 MobileNetV2:96 EfficientNetB0:64
 """
@@ -61,7 +62,7 @@ def main() -> None:
                     differ += 1
                     print(f"  differs: batch {batch}, {moved} moved: {got} against {expected}")
         how = ("the two traces differ (every batch size traced)" if lined._rescale_source() is None else
-               f"tensors linear in the batch: {lined._linear}")
+               f"peaks read off lines: {lined._coincidences is not None}")
         print(f"{name} {size}x{size}: {how}; {compared} predictions compared, "
               f"{differ} differ; read off lines {lines_s:.1f} s, replayed {replays_s:.1f} s", flush=True)
 

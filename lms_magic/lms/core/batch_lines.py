@@ -87,12 +87,12 @@ def size_coincidences(first_batch: int, first: list[Node], second_batch: int, se
         >>> size_coincidences(8, nodes(8), 16, nodes(16))  # y meets w's size at batch 100
         {100}
     """
+    if [node.name for node in first] != [node.name for node in second]:
+        return None
     outputs_first = {node.name: node.outputs for node in first}
     outputs_second = {node.name: node.outputs for node in second}
     apart = second_batch - first_batch
     batches: set[int] = set()
-    if [node.name for node in first] != [node.name for node in second]:
-        return None
     for node, again in zip(first, second):
         if not (node.forwards_input and node.on_device and node.outputs):
             continue

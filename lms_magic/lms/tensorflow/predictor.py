@@ -102,9 +102,11 @@ class StepPredictor(PrefixPredictions):
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
         self._source = None  # what _rescale_source found (False: the two traces differ)
-        self._linear = False  # every tensor of the two traces grows linearly with the batch (_rescale_source)
-        self._coincidences: set[int] | None = None  # batch sizes the lines do not serve (core/batch_lines.py)
+        # where the peaks are read off lines (every tensor of the two traces grows linearly with the batch, and
+        # in place as at both): the batch sizes the lines do not serve (core/batch_lines.py); else None
+        self._coincidences: set[int] | None = None
         self._lines: dict[tuple[int, int], object] = {}  # (lb, count) -> LiveLines (or None: not lines)
+        self._shared: dict[tuple[int, int], int] = {}  # (lb, batch) -> its first candidates that the traces' are
 
     rescale_batches = False  # with True, batch sizes past the first two traced are read off those two (see trace)
 
@@ -157,8 +159,12 @@ class StepPredictor(PrefixPredictions):
             self._source = ((first.batch_size, first), (second.batch_size, {
                 tensor.name: tensor.shape.as_list() for op in second.ops for tensor in op.outputs
                 if tensor.shape.rank is not None})) if same else False
-            if same:
-                self._linear = _grow_linearly(first, self._source[1][0], self._source[1][1])
+            rescaled = Rescaled(first.batch_size, first.batch_size, *self._source[1]) if same else None
+            if same and all(rescaled.linear(tensor.name, tensor.shape.as_list()) for op in first.ops
+                            for tensor in op.outputs if tensor.shape.rank is not None):
+                # None where an in-place choice differed between the two traces: then no lines
+                self._coincidences = size_coincidences(first.batch_size, first.nodes(), second.batch_size,
+                                                       second.nodes())
         return self._source or None
 
     def _live_lines(self, lb: int, batch_size: int, count: int):
@@ -166,18 +172,11 @@ class StepPredictor(PrefixPredictions):
         (``core/batch_lines.py``), where ``batch_size`` is read off the first two traces, every tensor grows
         linearly with the batch, and its first ``count`` candidates are the traces'; else None (a replay)."""
         source = self._rescale_source() if self.rescale_batches and not self.order_backward else None
-        if source is None or not self._linear or batch_size in self._traced[:2]:
+        if source is None or self._coincidences is None or batch_size in self._traced[:2] \
+                or batch_size in self._coincidences:
             return None
-        (first, first_step), (second, _) = source
-        if self._coincidences is None:
-            self._coincidences = size_coincidences(first, first_step.nodes(), second, self._plain[second].nodes())
-            if self._coincidences is None:  # an in-place choice differed between the two traces
-                self._linear = False
-                return None
-        if batch_size in self._coincidences:
-            return None
-        names = [item.candidate.tensor for item in self.candidates(lb, batch_size)[:count]]
-        if any(names != [item.candidate.tensor for item in self.candidates(lb, base)[:count]] for base in (first, second)):
+        (first, _), (second, _) = source
+        if count > self._shared_candidates(lb, batch_size, first, second):
             return None
         key = (lb if count else 0, count)
         if key not in self._lines:
@@ -210,6 +209,15 @@ class StepPredictor(PrefixPredictions):
     def eligible(self, lb: int, batch_size: int) -> list:
         return [item.candidate for item in self.candidates(lb, batch_size)]
 
+    def _shared_candidates(self, lb: int, batch_size: int, first: int, second: int) -> int:
+        """How many of the first candidates at ``batch_size`` are those at both traced batch sizes (memoised)."""
+        key = (lb, batch_size)
+        if key not in self._shared:
+            names = [[item.candidate.tensor for item in self.candidates(lb, batch)] for batch in (batch_size, first, second)]
+            self._shared[key] = next((position for position, same in enumerate(zip(*names)) if len(set(same)) > 1),
+                                     min(map(len, names)))
+        return self._shared[key]
+
     def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
         lines = self._live_lines(lb, batch_size, count)
         return lines.peak_bytes(batch_size) if lines is not None else self._replay(lb, batch_size, count).peak_bytes
@@ -230,31 +238,6 @@ class StepPredictor(PrefixPredictions):
 
         step = self.trace(batch_size)
         return step_flops(step.ops, step.batch_size) / device_flops_per_s(device)
-
-
-def _grow_linearly(first: TracedStep, other: int, other_dims: dict) -> bool:
-    """Whether each tensor of ``first``, read at any batch (``Rescaled``), has bytes linear in the batch: at most one
-    dimension that grows with it, by a whole number per sample."""
-    traced, apart = first.batch_size, other - first.batch_size
-    for op in first.ops:
-        for tensor in op.outputs:
-            if tensor.shape.rank is None:
-                continue
-            dims = tensor.shape.as_list()
-            again = other_dims.get(tensor.name)
-            if again is None or len(again) != len(dims):
-                again = [None] * len(dims)
-            growing = 0
-            for dim, later in zip(dims, again):
-                if dim is None or (later is None and dim == traced):
-                    growing += 1
-                elif later is not None and later != dim:
-                    if (later - dim) % apart:
-                        return False
-                    growing += 1
-            if growing > 1:
-                return False
-    return True
 
 
 __all__ = ["StepPredictor", "Prediction"]

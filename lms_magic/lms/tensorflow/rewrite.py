@@ -78,17 +78,37 @@ class Rescaled:
     other_dims: dict = field(repr=False, compare=False)
 
     def dims(self, name: str, dims: list) -> list:
+        apart = self.other - self.traced
+        return [base + step * (self.to - self.traced) // apart for base, step in self._lines(name, dims)]
+
+    def linear(self, name: str, dims: list) -> bool:
+        """Whether the tensor's bytes are a line in the batch: at most one dimension grows with it, by a whole
+        number per sample.
+
+        Example:
+            >>> rescaled = Rescaled(8, 20, 16, {"x:0": [16 * 24, 224], "y:0": [16, 16], "z:0": [7]})
+            >>> rescaled.linear("x:0", [8 * 24, 224]), rescaled.linear("y:0", [8, 8]), rescaled.linear("z:0", [3])
+            (True, False, False)
+        """
+        apart = self.other - self.traced
+        steps = [step for _, step in self._lines(name, dims) if step]
+        return len(steps) <= 1 and all(step % apart == 0 for step in steps)
+
+    def _lines(self, name: str, dims: list) -> list[tuple[int, int]]:
+        """Each dimension as (its size at the traced batch, its growth over the two traces' batch sizes apart)."""
         second = self.other_dims.get(name)
         if second is None or len(second) != len(dims):
             second = [None] * len(dims)
-        return [self._dim(first, again) for first, again in zip(dims, second)]
-
-    def _dim(self, first: int | None, again: int | None) -> int:
-        if first is None:
-            return self.to
-        if again is None:  # not known in the other trace: the batch where it equals the traced one
-            return self.to if first == self.traced else first
-        return first + (again - first) * (self.to - self.traced) // (self.other - self.traced)
+        apart = self.other - self.traced
+        lines = []
+        for first, again in zip(dims, second):
+            if first is None:  # unknown: the batch
+                lines.append((self.traced, apart))
+            elif again is None:  # not known in the other trace: the batch where it equals the traced one
+                lines.append((first, apart if first == self.traced else 0))
+            else:
+                lines.append((first, again - first))
+        return lines
 
 
 def sized_dims(tensor, batch_size) -> list:

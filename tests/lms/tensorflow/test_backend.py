@@ -245,9 +245,9 @@ def test_outside_the_supported_versions_lms_refuses_before_changing_anything(lms
     assert callback.stats.swapped_tensors > 0
 
 
-def counted_traces(model) -> list:
-    """An entry each time ``model``'s train step is traced."""
-    traces, original = [], model.train_step
+def counted_traces(model, traces: list | None = None) -> list:
+    """``traces`` (a new list by default), given an entry each time ``model``'s train step is traced."""
+    traces, original = [] if traces is None else traces, model.train_step
 
     def counted(data):
         if not tf.executing_eagerly():
@@ -343,14 +343,7 @@ def fit_reference(callbacks=(), steps=4, traces: list | None = None):
     x, y = models.images(16 * steps, 32)
     model = models.reference_cnn_small()
     if traces is not None:
-        original = model.train_step
-
-        def counted(data):
-            if not tf.executing_eagerly():
-                traces.append(1)
-            return original(data)
-
-        object.__setattr__(model, "train_step", counted)
+        counted_traces(model, traces)
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=list(callbacks))
     return model, history
 

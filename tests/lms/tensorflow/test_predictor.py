@@ -51,4 +51,5 @@ def test_a_batch_read_off_two_traces_predicts_as_its_own_trace(devices, build):
         assert_same_predictions(exact, rescaled, batch)
     assert rescaled._traced == [7, 10]  # two traces for every batch size
     # and batch sizes 24 and 3 were predicted with no replay of their own: the replays at 7 and 10, as lines
-    assert rescaled._linear and rescaled._lines and all(lines is not None for lines in rescaled._lines.values())
+    assert rescaled._coincidences is not None and rescaled._lines
+    assert all(lines is not None for lines in rescaled._lines.values())

@@ -20,7 +20,7 @@ from .core.stats import LmsStats
 from .framework import framework as chosen_framework
 from .options import LmsOptions
 from .train_function import LmsTrainFunction
-from ..memory.errors import is_out_of_memory
+from ..memory.errors import is_out_of_memory, release_library_frames
 
 
 class LmsNotice(UserWarning):
@@ -265,6 +265,7 @@ class LMS(keras.callbacks.Callback):
         from .explain import out_of_memory_account
         from .samples import zeros_like_batch
 
+        release_library_frames(error)  # the failed step's tensors: the account runs a step on the device too
         try:
             data = zeros_like_batch(shapes) if shapes is not None and self.stats.batch_size else None
         except Exception:  # a batch this cannot rebuild (dicts of inputs): said, never raised

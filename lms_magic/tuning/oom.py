@@ -4,7 +4,8 @@
 ``fit`` that dies of an out-of-memory error (TensorFlow's ``ResourceExhaustedError``, PyTorch's
 ``OutOfMemoryError``, JAX's ``RESOURCE_EXHAUSTED``) is remembered, and once the cell's measuring is over,
 ``explain_fit``'s account of the step at the fit's batch size is printed, then the original error shows
-unchanged. :class:`FitsExplained` (``%%gpumem --explain``) gives the account instead of training. The
+unchanged. Before the account, the library frames of the error's traceback let go of the failed step's tensors
+(``memory.errors.release_library_frames``), so the device is free for it and for the next cell. :class:`FitsExplained` (``%%gpumem --explain``) gives the account instead of training. The
 account traces the step and trains nothing: the model, its weights and the optimizer state stay as the
 error left them.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..memory.errors import is_out_of_memory
+from ..memory.errors import is_out_of_memory, release_library_frames
 
 DEFAULT_BATCH_SIZE = 32  # Keras's, where a fit of arrays names none
 
@@ -112,7 +113,9 @@ class OutOfMemoryExplained(_FitPatched):
     def fit(self, original, model, args, kwargs):
         __tracebackhide__ = True  # noqa: F841
         try:
-            return original(model, *args, **kwargs)
+            history = original(model, *args, **kwargs)
+            _wait_for_the_device(model)
+            return history
         except Exception as error:
             if is_out_of_memory(error) and not getattr(error, "lms_magic_explained", False) and \
                     not any(error is pending[0] for pending in self._pending):
@@ -120,10 +123,25 @@ class OutOfMemoryExplained(_FitPatched):
             raise
 
     def say_why(self) -> None:
-        """Prints the explanation of each out-of-memory error seen so far (once each)."""
+        """Prints the explanation of each out-of-memory error seen so far (once each). First frees what the failed
+        step's frames still hold (``release_library_frames``): the explanation needs the device too."""
         pending, self._pending = self._pending, []
-        for _, model, args, kwargs in pending:
+        for error, model, args, kwargs in pending:
+            release_library_frames(error)
             self._say(self._explain(model, args, kwargs))
+
+
+def _wait_for_the_device(model) -> None:
+    """On JAX, waits for the fit's last step: JAX runs steps asynchronously, so a step that runs out of memory
+    says so when its result is first read (the next cell's ``model.get_weights()``, seen on an H200), after ``fit``
+    has returned. Elsewhere (or with no JAX imported) nothing."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    keras = sys.modules.get("keras")
+    if jax is None or keras is None or keras.backend.backend() != "jax":
+        return
+    jax.block_until_ready([variable.value for variable in model.variables])
 
 
 class FitsExplained(_FitPatched):

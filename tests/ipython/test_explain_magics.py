@@ -55,6 +55,32 @@ def test_gpumem_explains_a_fit_that_runs_out_of_memory_above_the_error(cnn_shell
     assert keras.Model.fit is fit_before and all(np.array_equal(a, b) for a, b in zip(before, weights(cnn_shell)))
 
 
+def test_an_out_of_memory_that_jax_says_after_fit_returned_is_explained(cnn_shell, capsys):
+    """JAX runs steps asynchronously: on an H200, a step that ran out of memory let ``fit`` return, and the error came
+    when the weights were next read. %%gpumem waits for the fit's last step, so the error is the fit's, explained."""
+    import sys
+    import types
+
+    import keras
+
+    class JaxRuntimeError(Exception):
+        pass
+
+    def block_until_ready(values):
+        assert len(values) == len(cnn_shell.user_ns["model"].variables)
+        fake.undo()  # the account that follows is made on the model's own backend
+        raise JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 20.71GiB")
+
+    with pytest.MonkeyPatch.context() as fake:
+        fake.setitem(sys.modules, "jax", types.SimpleNamespace(block_until_ready=block_until_ready))
+        fake.setattr(keras.backend, "backend", lambda: "jax")
+        result = cnn_shell.run_cell("%%gpumem\nmodel.fit(x, y, batch_size=128, epochs=1, verbose=0)")
+    assert type(result.error_in_exec).__name__ == "JaxRuntimeError"
+    out = capsys.readouterr().out
+    assert "ran out of device memory" in out and "batch 128: the step needs" in out, out
+    assert "the device has 16.0 MiB" in out
+
+
 def test_other_errors_are_not_explained(cnn_shell, capsys):
     result = cnn_shell.run_cell("%%gpumem\nmodel.fit(x, y[:10], batch_size=128, epochs=1, verbose=0)")
     assert result.error_in_exec is not None

@@ -102,3 +102,56 @@ def test_gpumem_explain_gives_the_account_on_pytorch_and_trains_nothing(shell, d
     assert found.batch_size == 32 and found.peak["bytes"] == found.modes[0].peak_bytes > 0
     assert "upper bounds" in str(found)
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def test_the_failed_steps_tensors_are_let_go_before_the_account_and_the_users_frames_kept():
+    """An out-of-memory error keeps the frames it passed through, and with them the step's activations (Keras's
+    functional call holds every layer's output): the device stays full, and the account, which runs a step too,
+    would run out of memory as well (seen on an H200). They are freed first; the user's own frame keeps its
+    variables (for %debug), and the error comes through unchanged."""
+    import weakref
+
+    import keras
+    import pytest
+    import torch
+
+    from lms_magic.tuning.oom import OutOfMemoryExplained
+
+    activations = []
+
+    class FullDevice(keras.layers.Layer):
+        def call(self, x, training=False):
+            if training:
+                activations.append(weakref.ref(x))  # the convolution's output: Keras's frames hold it
+                users_variable = "kept"  # noqa: F841
+                del x
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 GiB")
+            return x
+
+        def compute_output_shape(self, shape):
+            return shape
+
+    inputs = keras.Input((16, 16, 3))
+    outputs = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(
+        FullDevice()(keras.layers.Conv2D(8, 3)(inputs))))
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    alive_when_explained = []
+    guard = OutOfMemoryExplained(say=lambda text: None,
+                                 explain=lambda *call: alive_when_explained.append(activations[0]() is not None))
+    with pytest.raises(torch.OutOfMemoryError, match="1024.00 GiB") as raised:
+        with guard:
+            try:
+                model.fit(*images(32), batch_size=16, epochs=1, verbose=0)
+            finally:
+                guard.say_why()
+    assert alive_when_explained == [False]
+    frames = [tb.tb_frame for tb in _tracebacks(raised.value.__traceback__)]
+    (call,) = [frame for frame in frames if frame.f_code.co_name == "call" and frame.f_globals["__name__"] == __name__]
+    assert call.f_locals["users_variable"] == "kept"
+
+
+def _tracebacks(traceback):
+    while traceback is not None:
+        yield traceback
+        traceback = traceback.tb_next

@@ -77,16 +77,36 @@ class _Flat:
 
 
 def layer_in(name_stack: str, outer: str = "") -> str:
-    """The layer an equation belongs to, from its name stack (Keras names a scope after each layer): the
-    first part that is not a transformation or a wrapper; ``outer`` (the enclosing equation's) if none.
+    """The scopes an equation was made in, from its name stack (Keras names a scope after each layer, nested
+    layers inside their parents'), without transformations and wrappers; ``outer`` (the enclosing equation's) if
+    none. :func:`layer_path` keeps the parts that are layers.
 
     Example:
         >>> layer_in("transpose(jvp(conv2d))/convolution"), layer_in("jvp(checkpoint)", "dense")
-        ('conv2d', 'dense')
+        ('conv2d/convolution', 'dense')
+        >>> layer_in("jvp(gpt2_backbone)/transformer_layer_0/self_attention/attention_softmax")
+        'gpt2_backbone/transformer_layer_0/self_attention/attention_softmax'
     """
     parts = [part for part in re.sub(r"[\w<>]+\(|\)", "", str(name_stack)).split("/") if part]
     parts = [part for part in parts if part not in _WRAPPERS]
-    return parts[0] if parts else outer
+    return "/".join(parts) if parts else outer
+
+
+def layer_path(scopes: str, layer_types: dict[str, str]) -> str:
+    """The Keras layers an equation's scopes (:func:`layer_in`) name, outermost first: the parts that are layers
+    of the model (the first part where none is).
+
+    Example:
+        >>> types = {"gpt2_backbone": "GPT2Backbone", "transformer_layer_0": "TransformerDecoder",
+        ...          "self_attention": "CachedMultiHeadAttention"}
+        >>> layer_path("gpt2_backbone/transformer_layer_0/self_attention/attention_softmax", types)
+        'gpt2_backbone/transformer_layer_0/self_attention'
+        >>> layer_path("conv2d/convolution", types), layer_path("", types)
+        ('conv2d', '')
+    """
+    parts = [part for part in scopes.split("/") if part]
+    known = [part for part in parts if part in layer_types]
+    return "/".join(known) if known else (parts[0] if parts else "")
 
 
 def flatten(closed_jaxpr, persistent_inputs: int) -> _Flat:
@@ -118,15 +138,15 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str) -> None
             inner_alias = dict(alias)
             for const in inner.constvars:
                 flat.producer[const] = flat.producer.get(const) or _const_node(flat, const)
-            for outer, inner_var in zip(eqn.invars, inner.invars):
-                found = source(outer)
+            for outer_var, inner_var in zip(eqn.invars, inner.invars):
+                found = source(outer_var)
                 if found is not None:
                     flat.producer[inner_var] = found
             _inline(inner, flat, backward or bool(eqn.params.get("differentiated")), inner_alias, layer)
-            for outer, inner_var in zip(eqn.outvars, inner.outvars):
+            for outer_var, inner_var in zip(eqn.outvars, inner.outvars):
                 found = source(inner_var) if hasattr(inner_var, "aval") else None
                 if found is not None:
-                    flat.producer[outer] = found
+                    flat.producer[outer_var] = found
             continue
         if eqn.primitive.name in ALIASES and len(eqn.invars) == 1 and source(eqn.invars[0]) is not None:
             tensor = source(eqn.invars[0])
@@ -213,7 +233,7 @@ class JaxStep:
             self._swaps.setdefault(name, []).append(Swap(tensor, tuple(backward), trigger, _nbytes(aval)))
             sizes[name] = sizes.get(name, 0) + _nbytes(aval)
             shapes.setdefault(name, tuple(aval.shape))
-        types = layer_types or {}
+        self._layer_types = types = layer_types or {}
         layers = {name: layer_of_name(name, types) for name in sizes}
         self.candidates = [Candidate(name, layers[name], types.get(layers[name], ""), shapes[name], sizes[name], index)
                            for index, name in enumerate(sizes)]
@@ -248,7 +268,8 @@ class JaxStep:
             name, index = tensor
             copied = name.endswith("/device_copy")
             source = name.split(":")[0] if copied else name
-            primitive, layer, shape = self.flat.about.get(source, ("input", "", None))
+            primitive, scopes, shape = self.flat.about.get(source, ("input", "", None))
+            layer = layer_path(scopes, self._layer_types)
             if copied:
                 kind = "activations_swapped_in"
             elif source in self.flat.backward:
@@ -261,7 +282,8 @@ class JaxStep:
 
         peak_after = result.peak_after or ""
         source = peak_after.split(":")[0] if "/" in peak_after else peak_after
-        primitive, layer, _ = self.flat.about.get(source, (peak_after, "", None))
+        primitive, scopes, _ = self.flat.about.get(source, (peak_after, "", None))
+        layer = layer_path(scopes, self._layer_types)
         backward = source in self.flat.backward or peak_after.endswith(("/swap_in", "/device_copy"))
         return explain_peak(result, describe, persistent, "backward" if backward else "forward",
                             f"{primitive} ({layer})" if layer else primitive)

@@ -27,3 +27,21 @@ def test_a_kerashub_backbone_trains_at_a_much_lower_predicted_peak_with_the_same
     wide = [row for row in stats.plan if row["layer"].startswith("feedforward_intermediate") and row["shape"][-1] == 256]
     assert wide, "the feed-forward's 4x-wide intermediate is moved"
     assert all("/" in row["tensor"] and ":" in row["tensor"] for row in stats.plan)  # layer path, primitive, position
+
+
+def test_explain_fit_names_the_transformer_blocks_parts_by_their_layer_path():
+    """What fills a KerasHub backbone's step, by the Keras layer that made it: each block's attention probabilities
+    and feed-forward intermediate, under its path in the backbone (they were all "gpt2_backbone", beside raw
+    JAX variables, before)."""
+    import lms_magic
+    from tests.hub import language_model, tokens
+
+    model = language_model("gpt2", layers=2, hidden=64, sequence=256)
+    found = lms_magic.explain_fit(model, tokens("gpt2", sequence=256), batch_size=8, capacity="1GiB",
+                                  modes=("without LMS",))
+    rows = [row["layer"] for row in found.peak["layers"]]
+    assert not any("Var(" in row for row in rows), rows
+    for block in ("transformer_layer_0", "transformer_layer_1"):
+        assert f"gpt2_backbone/{block}/self_attention/softmax" in " ".join(rows), rows
+        assert f"gpt2_backbone/{block}/feedforward_intermediate_dense" in rows, rows
+    assert found.peak["bytes"] == sum(found.peak["by_kind"].values())

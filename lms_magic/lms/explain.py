@@ -101,6 +101,10 @@ class FitExplanation:
     frontier: list[FrontierPoint] = field(default_factory=list)  # with explain_fit(..., batch_sizes=...)
     speed_target: float = 0.9  # the share of a plain step's speed that "at speed" asks for
     caveat: str = ""  # what the backend's prediction leaves out, where that matters to the answers
+    # the peak without LMS where it is not the replay's (peak["bytes"]): its figure and source ("XLA's compiled
+    # figure" on JAX)
+    plain_peak_bytes: int | None = None
+    plain_peak_source: str = ""
 
     def largest_at_speed(self) -> FrontierPoint | None:
         """The frontier's largest batch that fits at ``speed_target`` of plain speed or better (a step at most
@@ -125,11 +129,16 @@ class FitExplanation:
         peak = self.peak
         device = (f"the device has {format_size(self.capacity_bytes)} (LMS plans to fill {format_size(self.usable_bytes)}, "
                   f"{1 - CAPACITY_HEADROOM:.0%})" if self.capacity_bytes else "no device capacity known")
-        lines = [f"batch {self.batch_size}: the step needs {format_size(peak['bytes'])} at its peak in the "
-                 f"{peak['phase']} pass without LMS; {device}"]
+        if self.plain_peak_source:
+            lines = [f"batch {self.batch_size}: the step needs {format_size(self.plain_peak_bytes)} at its peak "
+                     f"without LMS ({self.plain_peak_source}; {format_size(peak['bytes'])} in the replay of its "
+                     f"operations, at its peak in the {peak['phase']} pass); {device}"]
+        else:
+            lines = [f"batch {self.batch_size}: the step needs {format_size(peak['bytes'])} at its peak in the "
+                     f"{peak['phase']} pass without LMS; {device}"]
         kinds = ", ".join(f"{kind.replace('_', ' ')} {format_size(value)}" for kind, value in
                           sorted(peak["by_kind"].items(), key=lambda item: -item[1]) if value >= 1024)
-        lines.append(f"what fills it: {kinds}")
+        lines.append(f"what fills it{' in the replay' if self.plain_peak_source else ''}: {kinds}")
         if peak.get("layers"):
             lines.append("the layers holding the most at the peak: " + ", ".join(
                 f"{row['layer']} {format_size(row['bytes'])}" for row in peak["layers"] if row["bytes"] >= 1024))
@@ -254,6 +263,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     session = _Ways(model, data, **options)
     chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
     plain = session.predictor.explain(0, 1, batch_size)
+    source = session.predictor.plain_peak_source
+    plain_bytes = session.predictor.plain_peak_bytes(batch_size) if source else None
     results, frontier = [], []
     for name, tuned, magic in chosen:
         refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
@@ -266,7 +277,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
             frontier.append(FrontierPoint(size, name, peak_bytes, ratio, None if usable is None else peak_bytes <= usable))
     return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
-                          getattr(session.predictor, "caveat", ""))
+                          getattr(session.predictor, "caveat", ""), plain_bytes, source)
 
 
 def _prediction(session, with_lms: bool, batch: int, capacity_bytes: int | None):
@@ -278,9 +289,9 @@ def _prediction(session, with_lms: bool, batch: int, capacity_bytes: int | None)
 
 def _predicted(session, with_lms: bool, batch: int, capacity_bytes: int | None) -> tuple[int, float | None]:
     """The predicted peak and step ratio at ``batch`` (the step ratio 1.0 without LMS)."""
-    prediction = _prediction(session, with_lms, batch, capacity_bytes)
     if not with_lms:
-        return prediction.peak_bytes, 1.0
+        return session.predictor.plain_peak_bytes(batch), 1.0
+    prediction = _prediction(session, with_lms, batch, capacity_bytes)
     return prediction.peak_bytes, session.step_cost(batch).ratio(prediction.swapped_bytes_per_step)
 
 
@@ -289,6 +300,8 @@ def _mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: i
     with_lms = bool(magic)
 
     def peak_at(batch: int) -> int:
+        if not with_lms:
+            return session.predictor.plain_peak_bytes(batch)
         return _prediction(session, with_lms, batch, capacity_bytes).peak_bytes
 
     peak_bytes, ratio = _predicted(session, with_lms, batch_size, capacity_bytes)

@@ -22,11 +22,15 @@ def explanation_html(found) -> str:
         True
     """
     peak = found.peak
+    said = f"batch {found.batch_size}: {peak['bytes'] / MIB:.1f} MiB at the peak, in the {peak['phase']} pass, without LMS"
+    if found.plain_peak_source:
+        said = (f"batch {found.batch_size}: {found.plain_peak_bytes / MIB:.1f} MiB at the peak without LMS "
+                f"({found.plain_peak_source}); what fills it, from the replay of its operations: "
+                f"{peak['bytes'] / MIB:.1f} MiB, in the {peak['phase']} pass")
     kinds = html_table(["what fills the peak", "MiB"],
                        [(kind.replace("_", " "), _mib(value)) for kind, value in
                         sorted(peak["by_kind"].items(), key=lambda item: -item[1]) if value],
-                       "lms-magic-explain", notes=[f"batch {found.batch_size}: {peak['bytes'] / MIB:.1f} MiB at the "
-                                                   f"peak, in the {peak['phase']} pass, without LMS"])
+                       "lms-magic-explain", notes=[said])
     layers = html_table(["layer", "MiB at the peak"], [(row["layer"], _mib(row["bytes"])) for row in peak.get("layers", [])],
                         "lms-magic-explain")
     rows = [(mode.mode, _mib(mode.peak_bytes), {True: "yes", False: "no", None: ""}[mode.fits], mode.largest_batch,

@@ -59,6 +59,14 @@ class PrefixPredictions:
         """The step's own peak (persistent bytes apart) with the first ``count`` eligible candidates moved."""
         raise NotImplementedError
 
+    # what plain_peak_bytes reads: "" for the replay; a backend whose compiler has its own figure names it
+    plain_peak_source = ""
+
+    def plain_peak_bytes(self, batch_size: int) -> int:
+        """The step's peak without LMS at ``batch_size``: the replay's, unless the backend's compiler has its own
+        figure (``plain_peak_source`` says which)."""
+        return self.predict(0, 1, batch_size).peak_bytes
+
     def _count(self, n_tensors: int, lb: int, batch_size: int) -> int:
         eligible = self.eligible(lb, batch_size)
         return len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))

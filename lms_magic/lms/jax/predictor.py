@@ -41,9 +41,10 @@ class JaxStepPredictor(PrefixPredictions):
     """
 
     compute_estimate = "XLA's FLOP count of the loss's value and gradient at the device's matrix-product rate"
-    caveat = ("JAX: the peaks replay the step's equations, each output kept until its last reader; XLA fuses many "
-              "of them away, on a GPU most (ResNet-50 needed less than half the predicted bytes): there the largest "
-              "batches are lower bounds (docs/explain.md#where-it-runs)")
+    caveat = ("JAX: without LMS, the peak is XLA's compiled figure for this device; with LMS, a replay of the step's "
+              "operations before XLA fuses them, which XLA shrinks far more on a GPU than on a CPU: there the largest "
+              "batches with LMS are lower bounds (docs/explain.md#where-it-runs)")
+    plain_peak_source = "XLA's compiled figure"
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):
         compiled_model(model)
@@ -57,6 +58,7 @@ class JaxStepPredictor(PrefixPredictions):
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._steps: dict[int, JaxStep] = {}
         self._eligible: dict[int, list] = {}
+        self._compiled: dict[int, int] = {}
 
     def _inner_and_args(self, batch_size: int):
         import jax
@@ -90,6 +92,42 @@ class JaxStepPredictor(PrefixPredictions):
             self._steps[batch_size] = trace_step(named_residuals(inner), args, self._layer_types)
             self.trace_s = time.perf_counter() - started
         return self._steps[batch_size]
+
+    def plain_peak_bytes(self, batch_size: int) -> int:
+        """XLA's own figure for the step without LMS at ``batch_size``: the loss and gradient compiled for JAX's
+        default device, its arguments + outputs + temporaries - aliased (``memory_analysis()``), and the optimizer
+        state, which they do not read. XLA fuses element-wise chains the replay keeps apart, on a GPU far more
+        than on a CPU (docs/explain.md#where-it-runs): this is the figure that fits or not. The replay's where the
+        compiler gives none. Compiled once per batch size.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")
+            ...                           for _ in range(4)] + [keras.layers.Dense(1)])
+            >>> model.compile("sgd", "mse")
+            >>> predictor = JaxStepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
+            >>> predictor.plain_peak_bytes(4096) > predictor.plain_peak_bytes(512) > predictor.persistent_bytes
+            True
+        """
+        whole_number("batch_size", batch_size, 1)
+        if batch_size not in self._compiled:
+            self._compiled[batch_size] = self._compiled_bytes(batch_size)
+        return self._compiled[batch_size]
+
+    def _compiled_bytes(self, batch_size: int) -> int:
+        import jax
+
+        inner, args = self._inner_and_args(batch_size)
+        function, specs = differentiated(inner, args)
+        try:
+            analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
+        except Exception:  # a backend without it: the replay
+            analysis = None
+        if analysis is None:
+            return self.predict(0, 1, batch_size).peak_bytes
+        optimizer_bytes = sum(tensor.nbytes for tensor in self._persistent if tensor.kind == "optimizer_state")
+        return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
+                   - analysis.alias_size_in_bytes + optimizer_bytes)
 
     def eligible(self, lb: int, batch_size: int) -> list:
         whole_number("lb", lb, 1)

@@ -124,22 +124,27 @@ def test_apply_sets_the_next_lms_fit_on_jax(session, shell, data, capsys):
 
 
 def test_explain_fit_finds_the_largest_batches_on_jax(data):
-    """explain_fit on JAX: the jaxpr's peak by kind and layer, the largest batch without LMS and with it at the
-    edge of the predictions, and lean_ops said to be unavailable."""
+    """explain_fit on JAX: the peak without LMS as XLA compiles it, what fills it by kind and layer from the jaxpr's
+    replay (its parts add up to the replay's peak), the largest batch without LMS and with it at the edge of the
+    predictions, and lean_ops said to be unavailable."""
     from lms_magic import explain_fit
     from lms_magic.lms.core.plan import usable_bytes
 
     model = residual_bn_dropout()
     session = TuningSession(model, data, batch_size=16, steps=2, min_bytes=0)
-    plain, lowest = (session.predictor.predict(n, 1, 16).peak_bytes for n in (0, -1))
-    capacity = int((plain + lowest) / 2 / 0.8)
+    replay, lowest = (session.predictor.predict(n, 1, 16).peak_bytes for n in (0, -1))
+    compiled = session.predictor.plain_peak_bytes(16)
+    assert 0.8 < compiled / replay < 1.25  # on a CPU XLA fuses little
+    capacity = int((compiled + lowest) / 2 / 0.8)
     found = explain_fit(model, data, batch_size=16, capacity=capacity, min_bytes=0)
     without, lms, _, lean = found.modes
-    assert found.peak["bytes"] == sum(found.peak["by_kind"].values()) == without.peak_bytes == plain
+    assert found.peak["bytes"] == sum(found.peak["by_kind"].values()) == replay
+    assert without.peak_bytes == found.plain_peak_bytes == compiled
+    assert found.plain_peak_source == "XLA's compiled figure" and "XLA's compiled figure" in str(found)
     assert found.peak["layers"] and without.fits is False and lms.fits is True and found.suggestion == "%%lms_fit"
     usable = usable_bytes(capacity)
-    assert session.predictor.predict(0, 1, without.largest_batch).peak_bytes <= usable
-    assert session.predictor.predict(0, 1, without.largest_batch + 1).peak_bytes > usable
+    assert session.predictor.plain_peak_bytes(without.largest_batch) <= usable
+    assert session.predictor.plain_peak_bytes(without.largest_batch + 1) > usable
     assert "not available" in lean.unavailable and lean.largest_batch is None
 
 

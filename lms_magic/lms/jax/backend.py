@@ -22,16 +22,20 @@ import dataclasses
 
 from ... import internals
 from ..backend import Action
-from ..core.plan import BudgetError, plan_swaps
+from ..core.plan import BudgetError, Plan, Rule, plan_swaps, usable_bytes
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
-from ..persistent import persistent_bytes
+from ..persistent import persistent_bytes, persistent_tensors
 from ..options import LmsOptions
 from ..samples import batch_shapes
 from .distribution import mesh_layout, shard_shape
 
 PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
                      "output held to its last reader; XLA fuses and schedules its own way)")
+COMPILED_SOURCE = ("XLA's compiled loss and gradient (memory_analysis: arguments, outputs, temporaries), with the "
+                   "optimizer state")
+COMPILED_FITS = ("the replay of the step's operations does not fit the device, but XLA's compiled step does: nothing "
+                 "moves")
 
 
 def memory_kinds() -> set[str]:
@@ -154,13 +158,16 @@ class JaxBackend:
         except BudgetError as error:
             self.stats.notes.append(f"the budget: {error}; every eligible value is offloaded")
             plan = plan_swaps(dataclasses.replace(selection, n_tensors=-1), eligible, step.transient_peak, persistent)
+        plan = self._nothing_moved_where_xla_fits(plan, inner, args, shards)
         chosen = frozenset(c.tensor for c in plan.moved)
         self.offloaded[key] = chosen
         moved = list(plan.moved)
         action = "recompute" if self.recompute == "only" else "swap"
         self.stats.update(candidates=len(step.candidates), persistent_bytes=persistent, device_peak_bytes=plan.peak_bytes,
                           device_peak_bytes_without_lms=plan.peak_bytes_without_lms, peak_source="predicted",
-                          prediction_source=PREDICTION_SOURCE)
+                          prediction_source=COMPILED_SOURCE if plan.note == COMPILED_FITS else PREDICTION_SOURCE)
+        if plan.note and plan.note not in self.stats.notes:
+            self.stats.notes.append(plan.note)
         self.stats.record_plan(plan, [(action, c) for c in moved])
         if action == "recompute":
             self.stats.update(recomputed_tensors=len(moved), recomputed_bytes_per_step=plan.moved_bytes,
@@ -172,6 +179,24 @@ class JaxBackend:
         if step.flat.loops and loop_note not in self.stats.notes:
             self.stats.notes.append(loop_note)
         return chosen
+
+    def _nothing_moved_where_xla_fits(self, plan: Plan, inner, args, shards: int) -> Plan:
+        """``plan``, or nothing moved where the replay's plain step does not fit the device but XLA's compiled one
+        does: XLA fuses much of what the replay keeps, on a GPU most (docs/jax.md), and a step that fits should
+        pay nothing. Asked only where the plan would move something to fit the device's capacity, on one device;
+        one compile of the loss and gradient."""
+        if not plan.moved or plan.rule is not Rule.FITS_DEVICE or shards > 1 or self._layout is not None:
+            return plan
+        from .predict import compiled_bytes
+
+        compiled = compiled_bytes(inner, args)
+        if compiled is None:
+            return plan
+        compiled += sum(t.nbytes for t in persistent_tensors(self.model) if t.kind == "optimizer_state")
+        if compiled > usable_bytes(self.stats.capacity_bytes):
+            return plan
+        return Plan((), Rule.FITS_DEVICE, peak_bytes=compiled, peak_bytes_without_lms=compiled,
+                    budget_bytes=plan.budget_bytes, fits=True, plans_tried=plan.plans_tried + 1, note=COMPILED_FITS)
 
     # -- the callback's contract --------------------------------------------------------------------
     def train_function(self, function):

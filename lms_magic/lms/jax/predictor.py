@@ -15,7 +15,7 @@ from ..core.plan import Selection
 from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
-from .predict import JaxStep, differentiated, named_residuals, trace_step
+from .predict import JaxStep, compiled_bytes, differentiated, named_residuals, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):
@@ -115,19 +115,11 @@ class JaxStepPredictor(PrefixPredictions):
         return self._compiled[batch_size]
 
     def _compiled_bytes(self, batch_size: int) -> int:
-        import jax
-
         inner, args = self._inner_and_args(batch_size)
-        function, specs = differentiated(inner, args)
-        try:
-            analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
-        except Exception:  # a backend without it: the replay
-            analysis = None
-        if analysis is None:
+        compiled = compiled_bytes(inner, args)
+        if compiled is None:
             return self.predict(0, 1, batch_size).peak_bytes
-        optimizer_bytes = sum(tensor.nbytes for tensor in self._persistent if tensor.kind == "optimizer_state")
-        return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
-                   - analysis.alias_size_in_bytes + optimizer_bytes)
+        return compiled + sum(tensor.nbytes for tensor in self._persistent if tensor.kind == "optimizer_state")
 
     def eligible(self, lb: int, batch_size: int) -> list:
         whole_number("lb", lb, 1)

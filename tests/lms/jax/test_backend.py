@@ -150,3 +150,45 @@ def test_the_plan_predicts_its_step_time(data):
     stats = callback.stats
     assert stats.predicted_step_ratio >= 1.0 and stats.compute_s > 0
     assert stats.compute_source.startswith("estimated: XLA's") and "predicted step time" in callback.summary()
+
+
+def _capacity_between_lms_and_plain(monkeypatch, data):
+    """A device whose usable part (80%) lies between LMS's lowest predicted peak and the plain step's replay."""
+    from lms_magic.lms.jax import framework
+    from lms_magic.lms.jax.predictor import JaxStepPredictor
+
+    predictor = JaxStepPredictor(residual_bn_dropout(), (data[0][:2], data[1][:2]))
+    plain, lowest = (predictor.predict(n, 1, 16).peak_bytes for n in (0, -1))
+    capacity = int((plain + lowest) / 2 / 0.8)
+    monkeypatch.setattr(framework, "_capacity_bytes", lambda: capacity)
+    return capacity
+
+
+def test_where_xlas_compiled_step_fits_the_device_nothing_moves(data, monkeypatch):
+    """On a GPU XLA fuses much of what the replay keeps (ResNet-50 needed half of it on an H200): where the replay
+    does not fit the device but XLA's compiled step does, LMS moves nothing and says why. Here XLA's figure is made
+    small, as a GPU's would be; the fit is then the model's own."""
+    from lms_magic.lms.jax import predict
+
+    _capacity_between_lms_and_plain(monkeypatch, data)
+    compiled = []
+    monkeypatch.setattr(predict, "compiled_bytes", lambda inner, args: compiled.append(args) or 1000)
+    callback = LMS(min_bytes=0, verbose=0)
+    _, plain = train(residual_bn_dropout, data, None, epochs=1)
+    _, history = train(residual_bn_dropout, data, callback, epochs=1)
+    stats = callback.stats
+    assert len(compiled) == 1 and stats.plan_rule is Rule.FITS_DEVICE
+    assert stats.swapped_tensors == 0 and stats.device_peak_bytes == stats.device_peak_bytes_without_lms
+    assert any("XLA's compiled step does" in note for note in stats.notes)
+    assert "XLA's compiled" in stats.prediction_source
+    assert history["loss"] == plain["loss"]
+
+
+def test_where_xlas_compiled_step_does_not_fit_the_plan_stands(data, monkeypatch):
+    """On this CPU XLA's compiled step is larger than the replay: it does not fit either, and the plan moves."""
+    _capacity_between_lms_and_plain(monkeypatch, data)
+    callback = LMS(min_bytes=0, verbose=0)
+    train(residual_bn_dropout, data, callback, epochs=1)
+    stats = callback.stats
+    assert stats.plan_rule is Rule.FITS_DEVICE and stats.swapped_tensors > 0
+    assert not any("XLA's compiled step does" in note for note in stats.notes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 
 def is_out_of_memory(error: BaseException) -> bool:
     """TensorFlow's ResourceExhaustedError, PyTorch's OutOfMemoryError, JAX's RESOURCE_EXHAUSTED.
@@ -16,6 +18,7 @@ def is_out_of_memory(error: BaseException) -> bool:
         or "out of memory" in text.lower()
 
 
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 # the libraries whose frames an out-of-memory error's traceback keeps with the step's tensors in their locals
 _LIBRARIES = ("keras", "torch", "jax", "jaxlib", "tensorflow", "optree", "lms_magic")
 
@@ -27,7 +30,7 @@ def release_library_frames(error: BaseException) -> int:
     An out-of-memory error keeps every frame it passed through, and with them the step's tensors: the device
     stays as full as when it failed, so nothing (an explanation, the user's next cell at a smaller batch) can use
     it. The user's own frames, the traceback's lines and the error's message are kept: ``%debug`` still opens the
-    cell's frames with their variables. Frames still running are left as they are.
+    cell's frames with their variables. Frames still running, and generators' frames, are left as they are.
 
     """
     cleared, seen = 0, set()
@@ -35,7 +38,8 @@ def release_library_frames(error: BaseException) -> int:
         if id(frame) in seen:
             continue
         seen.add(id(frame))
-        if str(frame.f_globals.get("__name__", "")).split(".")[0] in _LIBRARIES:
+        if str(frame.f_globals.get("__name__", "")).split(".")[0] in _LIBRARIES and \
+                not frame.f_code.co_flags & _SUSPENDABLE:  # clearing a generator's frame would close it
             try:
                 frame.clear()
                 cleared += 1

@@ -185,10 +185,17 @@ def test_where_xlas_compiled_step_fits_the_device_nothing_moves(data, monkeypatc
 
 
 def test_where_xlas_compiled_step_does_not_fit_the_plan_stands(data, monkeypatch):
-    """On this CPU XLA's compiled step is larger than the replay: it does not fit either, and the plan moves."""
-    _capacity_between_lms_and_plain(monkeypatch, data)
+    """On this CPU XLA's compiled step is larger than the replay: it does not fit either, and the plan moves. The
+    compile runs inside the trace of Keras's train step."""
+    from lms_magic.lms.core.plan import usable_bytes
+    from lms_magic.lms.jax import predict
+
+    capacity = _capacity_between_lms_and_plain(monkeypatch, data)
+    compiled, real = [], predict.compiled_bytes
+    monkeypatch.setattr(predict, "compiled_bytes", lambda inner, args: compiled.append(real(inner, args)) or compiled[-1])
     callback = LMS(min_bytes=0, verbose=0)
     train(residual_bn_dropout, data, callback, epochs=1)
     stats = callback.stats
+    assert len(compiled) == 1 and compiled[0] > usable_bytes(capacity)
     assert stats.plan_rule is Rule.FITS_DEVICE and stats.swapped_tensors > 0
     assert not any("XLA's compiled step does" in note for note in stats.notes)

@@ -85,6 +85,7 @@ class JaxBackend:
         self._layout = mesh_layout()
         self._persistent_bytes = persistent_bytes(model, shard_shape if self._layout is not None else None)
         self._costed = None  # (the loss and gradient, its argument shapes, batch shards) of the first plan, to cost
+        self._first_step_waited = False
 
     # -- the trace --------------------------------------------------------------------------------
     def train_step(self, original):
@@ -213,7 +214,13 @@ class JaxBackend:
             return jax.device_put(leaf, device) if isinstance(leaf, jax.Array) and not leaf.committed else leaf
 
         def call(state, *rest, **kwargs):
-            return function(jax.tree_util.tree_map(commit, state), *rest, **kwargs)
+            result = function(jax.tree_util.tree_map(commit, state), *rest, **kwargs)
+            if not self._first_step_waited:
+                # JAX runs steps asynchronously: a first step that runs out of memory says so here, inside the LMS
+                # step, where the callback explains it, not when Keras reads the loss (seen on an H200)
+                self._first_step_waited = True
+                jax.block_until_ready(result)
+            return result
 
         return call
 

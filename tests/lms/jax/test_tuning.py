@@ -174,3 +174,22 @@ def test_an_lms_step_that_runs_out_of_memory_on_jax_says_why_above_the_error(dat
         model.fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0)])
     out = capsys.readouterr().out
     assert "ran out of device memory. Why" in out and "batch 16" in out and "conv2d" in out, out
+
+
+def test_an_out_of_memory_that_jax_says_after_the_first_lms_step_returned_is_explained(data, capsys, monkeypatch):
+    """JAX runs steps asynchronously: on an H200 the error of a step that ran out of memory came when its results
+    were read, after the step had returned. LMS waits for its first step, inside the LMS step, so the error is
+    explained there (here JAX's wait raises it, as a GPU would)."""
+    import jax
+
+    waited = []
+
+    def block_until_ready(values):
+        waited.append(values)
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 20.71GiB")
+
+    monkeypatch.setattr(jax, "block_until_ready", block_until_ready)
+    with pytest.raises(RuntimeError, match="20.71GiB"):
+        residual_bn_dropout().fit(*data, batch_size=16, epochs=1, verbose=0, callbacks=[LMS(min_bytes=0)])
+    out = capsys.readouterr().out
+    assert len(waited) == 1 and "ran out of device memory. Why" in out and "batch 16" in out, out

@@ -188,7 +188,7 @@ class JaxBackend:
         one compile of the loss and gradient."""
         if not plan.moved or plan.rule is not Rule.FITS_DEVICE or shards > 1 or self._layout is not None:
             return plan
-        from .predict import compiled_bytes
+        from .compiled import compiled_bytes
 
         compiled = compiled_bytes(inner, args)
         if compiled is None:

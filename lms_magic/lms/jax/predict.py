@@ -343,32 +343,6 @@ def differentiated(inner, args):
     return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), specs
 
 
-def compiled_bytes(inner, args) -> int | None:
-    """XLA's own figure for the step of :func:`trace_step` (``inner``'s value and gradient at ``args``' shapes),
-    compiled for JAX's default device: ``memory_analysis()``'s arguments + outputs + temporaries - aliased. None
-    where the backend gives none. XLA fuses element-wise chains the replay keeps apart, on a GPU far more than on
-    a CPU (docs/explain.md#where-it-runs).
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> def inner(w, x):
-        ...     return jnp.sum(jnp.tanh(x @ w)), ()
-        >>> compiled_bytes(inner, (jnp.ones((64, 64)), jnp.ones((256, 64)))) >= (64 * 64 * 2 + 256 * 64) * 4
-        True
-    """
-    import jax
-
-    function, specs = differentiated(inner, args)
-    try:
-        analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
-    except Exception:  # a backend without it
-        return None
-    if analysis is None:
-        return None
-    return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
-               - analysis.alias_size_in_bytes)
-
-
 def named_residuals(inner):
     """``inner`` (Keras's ``compute_loss_and_updates``, a function of arrays) traced anew with every floating-point
     value it makes named (``checkpoint_name``): each equation of its jaxpr, in order, and so every value the

@@ -15,7 +15,8 @@ from ..core.plan import Selection
 from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
-from .predict import JaxStep, compiled_bytes, differentiated, named_residuals, trace_step
+from .compiled import compiled_bytes
+from .predict import JaxStep, differentiated, named_residuals, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):

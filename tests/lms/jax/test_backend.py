@@ -168,11 +168,11 @@ def test_where_xlas_compiled_step_fits_the_device_nothing_moves(data, monkeypatc
     """On a GPU XLA fuses much of what the replay keeps (ResNet-50 needed half of it on an H200): where the replay
     does not fit the device but XLA's compiled step does, LMS moves nothing and says why. Here XLA's figure is made
     small, as a GPU's would be; the fit is then the model's own."""
-    from lms_magic.lms.jax import predict
+    from lms_magic.lms.jax import compiled as xla
 
     _capacity_between_lms_and_plain(monkeypatch, data)
     compiled = []
-    monkeypatch.setattr(predict, "compiled_bytes", lambda inner, args: compiled.append(args) or 1000)
+    monkeypatch.setattr(xla, "compiled_bytes", lambda inner, args: compiled.append(args) or 1000)
     callback = LMS(min_bytes=0, verbose=0)
     _, plain = train(residual_bn_dropout, data, None, epochs=1)
     _, history = train(residual_bn_dropout, data, callback, epochs=1)
@@ -188,11 +188,11 @@ def test_where_xlas_compiled_step_does_not_fit_the_plan_stands(data, monkeypatch
     """On this CPU XLA's compiled step is larger than the replay: it does not fit either, and the plan moves. The
     compile runs inside the trace of Keras's train step."""
     from lms_magic.lms.core.plan import usable_bytes
-    from lms_magic.lms.jax import predict
+    from lms_magic.lms.jax import compiled as xla
 
     capacity = _capacity_between_lms_and_plain(monkeypatch, data)
-    compiled, real = [], predict.compiled_bytes
-    monkeypatch.setattr(predict, "compiled_bytes", lambda inner, args: compiled.append(real(inner, args)) or compiled[-1])
+    compiled, real = [], xla.compiled_bytes
+    monkeypatch.setattr(xla, "compiled_bytes", lambda inner, args: compiled.append(real(inner, args)) or compiled[-1])
     callback = LMS(min_bytes=0, verbose=0)
     train(residual_bn_dropout, data, callback, epochs=1)
     stats = callback.stats

@@ -1,0 +1,34 @@
+"""XLA's own figure for a train step's memory: the loss and gradient compiled for JAX's device, its
+``memory_analysis()``. The replay (``predict.py``) keeps every equation's output until its last reader; XLA fuses
+element-wise chains away, far more on a GPU than on a CPU (docs/explain.md#where-it-runs), so where the two differ,
+this is the figure that fits or not."""
+
+from __future__ import annotations
+
+from .predict import differentiated
+
+
+def compiled_bytes(inner, args) -> int | None:
+    """XLA's own figure for the step of :func:`trace_step` (``inner``'s value and gradient at ``args``' shapes),
+    compiled for JAX's default device: ``memory_analysis()``'s arguments + outputs + temporaries - aliased. None
+    where the backend gives none. XLA fuses element-wise chains the replay keeps apart, on a GPU far more than on
+    a CPU (docs/explain.md#where-it-runs).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> def inner(w, x):
+        ...     return jnp.sum(jnp.tanh(x @ w)), ()
+        >>> compiled_bytes(inner, (jnp.ones((64, 64)), jnp.ones((256, 64)))) >= (64 * 64 * 2 + 256 * 64) * 4
+        True
+    """
+    import jax
+
+    function, specs = differentiated(inner, args)
+    try:
+        analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
+    except Exception:  # a backend without it
+        return None
+    if analysis is None:
+        return None
+    return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
+               - analysis.alias_size_in_bytes)

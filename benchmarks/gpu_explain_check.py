@@ -154,14 +154,21 @@ def main() -> None:
     parser.add_argument("--trial-timeout-s", type=float, default=150)
     parser.add_argument("--max-batch", type=int, default=4096, help="the search's largest batch")
     parser.add_argument("--oom-only", action="store_true", help="the out-of-memory trial alone")
+    parser.add_argument("--plain-fit-only", action="store_true",
+                        help="gpt2: a plain fit instead of the out-of-memory trial (the account of a deep model "
+                             "takes longer than a device call may)")
     options = parser.parse_args()
     started = time.perf_counter()
     what = (f"ResNet-50 {options.size}x{options.size}" if options.model == "resnet50" else
             f"GPT-2 ({options.layers} layers, hidden 128, sequence {options.size})")
     print(f"{what} on {options.backend}, {options.device}, capped at {options.memory_gib:g} GiB", flush=True)
-    account = trial("oom", options.batch, options)
-    print("oom trial:", json.dumps({k: v for k, v in account.items() if k != "failed"}),
-          account.get("failed", ""), flush=True)
+    if options.plain_fit_only:  # no account: a plain fit at the batch, then the LMS trial
+        print("fit trial:", json.dumps(trial("fit", options.batch, options)), flush=True)
+        account = {}
+    else:
+        account = trial("oom", options.batch, options)
+        print("oom trial:", json.dumps({k: v for k, v in account.items() if k != "failed"}),
+              account.get("failed", ""), flush=True)
     if options.model == "gpt2":  # the batch that ran out of memory, with LMS
         print("lms trial:", json.dumps(trial("lms", options.batch, options)), flush=True)
         print(f"done in {time.perf_counter() - started:.0f} s", flush=True)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The checks a lent GPU session runs first, in one device call (about 8 minutes on an H200; each step has its own
+# The checks a lent GPU session runs first, in one device call (at most 9 minutes: each step has its own
 # limit, and what it printed is under $OUT). Carry .whl (keras, namex, optree, ipython and its dependencies,
 # memory-profiler, ipywidgets, plotly, keras-hub, kagglehub, kagglesdk: the versions of `make install`) and run:
 #     bash benchmarks/gpu_checks.sh

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from ..units import format_size, parse_bytes
-from .core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, usable_bytes
+from .core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, MEASURED_HEADROOM, usable_bytes
 from .options import whole_number
 
 # name, the tuner's options, and the %%lms_fit line that trains that way
@@ -127,8 +127,9 @@ class FitExplanation:
     def lines(self) -> list[str]:
         """The explanation as plain lines, for a terminal."""
         peak = self.peak
+        plain = (f"; without LMS, its peak may fill {1 - MEASURED_HEADROOM:.0%}" if self.plain_peak_source else "")
         device = (f"the device has {format_size(self.capacity_bytes)} (LMS plans to fill {format_size(self.usable_bytes)}, "
-                  f"{1 - CAPACITY_HEADROOM:.0%})" if self.capacity_bytes else "no device capacity known")
+                  f"{1 - CAPACITY_HEADROOM:.0%}{plain})" if self.capacity_bytes else "no device capacity known")
         if self.plain_peak_source:
             lines = [f"batch {self.batch_size}: the step needs {format_size(self.plain_peak_bytes)} at its peak "
                      f"without LMS ({self.plain_peak_source}; {format_size(peak['bytes'])} in the replay of its "
@@ -266,16 +267,19 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     source = session.predictor.plain_peak_source
     plain_bytes = session.predictor.plain_peak_bytes(batch_size) if source else None
     results, frontier = [], []
+    # without LMS, a peak read from the framework itself (``plain_peak_source``) may fill all but the allocator's share
+    plain_usable = int(capacity_bytes * (1 - MEASURED_HEADROOM)) if capacity_bytes and source else usable
     for name, tuned, magic in chosen:
         refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
         if refused:
             results.append(ModeFit(name, None, None, None, None, magic, refused))
             continue
         session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
-        results.append(_mode_fit(session, name, magic, batch_size, capacity_bytes, usable))
+        limit = usable if magic else plain_usable
+        results.append(_mode_fit(session, name, magic, batch_size, capacity_bytes, limit))
         for size in sizes:
             peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
-            frontier.append(FrontierPoint(size, name, peak_bytes, ratio, None if usable is None else peak_bytes <= usable))
+            frontier.append(FrontierPoint(size, name, peak_bytes, ratio, None if limit is None else peak_bytes <= limit))
     return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
                           getattr(session.predictor, "caveat", ""), plain_bytes, source)
 

@@ -40,6 +40,11 @@ CAPACITY_HEADROOM = 0.2
 TRUSTED_FIT = 0.75
 
 
+# what a peak read from the framework itself (every tensor a PyTorch step makes, counted; XLA's compiled step) may
+# fill of a device: the allocator's rounding and the libraries' workspaces are what it leaves out
+MEASURED_HEADROOM = 0.05
+
+
 def usable_bytes(capacity_bytes: int) -> int:
     """What LMS plans to fill of a device's capacity: all of it less the headroom.
 

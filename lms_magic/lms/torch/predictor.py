@@ -27,6 +27,7 @@ from ..core.prediction import PrefixPredictions
 from ..core.simulate import replay, with_swaps
 from ..options import compiled_model, whole_number
 from ..persistent import persistent_tensors
+from .meter import StorageMeter
 from .offload import TorchOffloader
 from .predict import SavedTensorStep
 
@@ -56,15 +57,20 @@ class TorchStepPredictor(PrefixPredictions):
     """
 
     compute_estimate = "the step's matrix FLOPs (torch.utils.flop_counter) at the device's matrix-product rate"
-    caveat = ("PyTorch: the peaks count the saved activations, weights and optimizer state, not the activations' "
-              "gradients and temporaries, which grow with the batch: the largest batches are upper bounds, far above "
-              "what fits with LMS (docs/explain.md#where-it-runs)")
+    caveat = ("PyTorch: without LMS, the peak counts every tensor the step makes (measured at two small batch "
+              "sizes); with LMS, the saved activations, weights and optimizer state, not the gradients and "
+              "temporaries, which grow with the batch: the largest batches with LMS are upper bounds, far above what "
+              "fits (docs/explain.md#where-it-runs)")
+    plain_peak_source = "every tensor the step makes, counted at two small batch sizes"
 
     def __init__(self, model, sample, selection: Selection | None = None):
         compiled_model(model)
         self.model, self.sample, self.selection = model, tuple(sample), selection or Selection()
         self._persistent = persistent_tensors(model)
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
+        self._measured: dict[int, int] = {}  # batch size -> the bytes of the tensors its run made, at their most
+        self._timelines: dict[int, list[int]] = {}  # batch size -> those bytes after each operator of its run
+        self._plain: dict[int, int] = {}
         self._runs = [self._run(batch) for batch in PROBE_BATCHES]
         (first, _, _), (second, _, _) = self._runs
         if [(c.layer, len(c.shape)) for c in first] != [(c.layer, len(c.shape)) for c in second]:
@@ -99,7 +105,7 @@ class TorchStepPredictor(PrefixPredictions):
             loss.backward()
 
         try:
-            with FlopCounterMode(display=False) as flops:
+            with FlopCounterMode(display=False) as flops, StorageMeter() as meter:
                 offloader.run(step, None)
         finally:
             model.zero_grad()
@@ -110,9 +116,37 @@ class TorchStepPredictor(PrefixPredictions):
             if random_state[1] is not None:
                 torch.cuda.set_rng_state_all(random_state[1])
             offloader.close()
+        self._measured[batch_size] = meter.peak_bytes
+        self._timelines[batch_size] = meter.timeline
         position = {c.tensor: index for index, c in enumerate(offloader.candidates)}
         return offloader.candidates, [position[c.tensor] for c in reads if c.tensor in position], \
             flops.get_total_flops()
+
+    def plain_peak_bytes(self, batch_size: int) -> int:
+        """The step's peak without LMS at ``batch_size``: the weights and optimizer state, and every tensor the step
+        makes (activations, their gradients, the weights' gradients, temporaries), counted after each operator of
+        the two runs (``meter.StorageMeter``). Each such count is a line in the batch size through the two runs; the
+        peak is the highest of those lines at ``batch_size`` (where the weights' gradients are the most at a small
+        batch, the activations may be at a large one). Where the runs made different operators, the line through
+        their two peaks.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")
+            ...                           for _ in range(6)] + [keras.layers.Dense(1)])
+            >>> model.compile("sgd", "mse")
+            >>> predictor = TorchStepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
+            >>> predictor.plain_peak_bytes(1024) > predictor.predict(0, batch_size=1024).peak_bytes
+            True
+        """
+        whole_number("batch_size", batch_size, 1)
+        if batch_size not in self._plain:
+            low, high = PROBE_BATCHES
+            first, second = self._timelines[low], self._timelines[high]
+            pairs = zip(first, second) if len(first) == len(second) else [(self._measured[low], self._measured[high])]
+            step = max(one + (two - one) * (batch_size - low) // (high - low) for one, two in pairs)
+            self._plain[batch_size] = self.persistent_bytes + max(0, step)
+        return self._plain[batch_size]
 
     def _step(self, batch_size: int, lb: int = 1) -> tuple[list[Candidate], SavedTensorStep]:
         """The eligible saved activations at ``batch_size`` and their step at ``lb``, read off the two runs."""

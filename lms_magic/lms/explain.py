@@ -105,6 +105,7 @@ class FitExplanation:
     # figure" on JAX)
     plain_peak_bytes: int | None = None
     plain_peak_source: str = ""
+    plain_usable_bytes: int | None = None  # what the step without LMS may fill, where not usable_bytes
 
     def largest_at_speed(self) -> FrontierPoint | None:
         """The frontier's largest batch that fits at ``speed_target`` of plain speed or better (a step at most
@@ -127,7 +128,8 @@ class FitExplanation:
     def lines(self) -> list[str]:
         """The explanation as plain lines, for a terminal."""
         peak = self.peak
-        plain = (f"; without LMS, its peak may fill {1 - MEASURED_HEADROOM:.0%}" if self.plain_peak_source else "")
+        plain = (f"; without LMS, its peak may fill {format_size(self.plain_usable_bytes)}"
+                 if self.plain_usable_bytes and self.plain_usable_bytes != self.usable_bytes else "")
         device = (f"the device has {format_size(self.capacity_bytes)} (LMS plans to fill {format_size(self.usable_bytes)}, "
                   f"{1 - CAPACITY_HEADROOM:.0%}{plain})" if self.capacity_bytes else "no device capacity known")
         if self.plain_peak_source:
@@ -213,7 +215,7 @@ class _Ways:
 
 
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
-                speed_target: float = 0.9, **options) -> FitExplanation:
+                speed_target: float = 0.9, budget=None, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will: no training.
 
     Traces the train step (on TensorFlow twice per way of training, every other batch size read off those two; on
@@ -232,6 +234,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         batch_sizes: batch sizes for the frontier: each way's predicted peak and step time at each. Defaults to
             none.
         speed_target: the share of plain speed the frontier's "largest batch at speed" asks for. Defaults to 0.9.
+        budget: the bytes every way of training may fill ("512MiB" or bytes; ``%lms_tune``'s budget), instead of
+            the device's share (80%, or 95% for a peak without LMS read from the framework itself). Defaults to None.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:
@@ -259,8 +263,12 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     unknown = set(() if modes is None else modes) - {mode[0] for mode in MODES}
     if unknown:
         raise ValueError(f"modes: {sorted(unknown)} unknown; the ways of training are {[mode[0] for mode in MODES]}")
-    capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
-    usable = usable_bytes(capacity_bytes) if capacity_bytes else None
+    if budget is not None:  # the same limit for every way of training; the capacity it is the usable share of
+        usable = parse_bytes(budget)
+        capacity_bytes = parse_bytes(capacity) if capacity is not None else int(usable / (1 - CAPACITY_HEADROOM))
+    else:
+        capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
+        usable = usable_bytes(capacity_bytes) if capacity_bytes else None
     session = _Ways(model, data, **options)
     chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
     plain = session.predictor.explain(0, 1, batch_size)
@@ -268,7 +276,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     plain_bytes = session.predictor.plain_peak_bytes(batch_size) if source else None
     results, frontier = [], []
     # without LMS, a peak read from the framework itself (``plain_peak_source``) may fill all but the allocator's share
-    plain_usable = int(capacity_bytes * (1 - MEASURED_HEADROOM)) if capacity_bytes and source else usable
+    plain_usable = int(capacity_bytes * (1 - MEASURED_HEADROOM)) if capacity_bytes and source and budget is None \
+        else usable
     for name, tuned, magic in chosen:
         refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
         if refused:
@@ -281,7 +290,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
             frontier.append(FrontierPoint(size, name, peak_bytes, ratio, None if limit is None else peak_bytes <= limit))
     return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
-                          getattr(session.predictor, "caveat", ""), plain_bytes, source)
+                          getattr(session.predictor, "caveat", ""), plain_bytes, source, plain_usable)
 
 
 def _prediction(session, with_lms: bool, batch: int, capacity_bytes: int | None):

@@ -322,16 +322,15 @@ class Tuner:
     def show_frontier(self):
         """The frontier (``explain_fit``): predicted peak by batch size, without LMS and with its plan, at the batch
         slider's sizes, against the budget; a plan search per size, so it waits for the button."""
-        from ..lms.core.plan import CAPACITY_HEADROOM
         from ..lms.explain import explain_fit
         from .plots import display_figure, frontier_figure
 
         session = self.session
         budget = self.controls["budget_mib"].value * MIB
         self.status.value = "frontier: tracing the step and predicting each batch size..."
-        self.frontier = explain_fit(  # a capacity whose usable part is the budget
+        self.frontier = explain_fit(  # every way against the budget
             session.runner.model, session.runner.data, batch_size=session.batch_size,
-            capacity=int(budget / (1 - CAPACITY_HEADROOM)), modes=("without LMS", "LMS"),
+            budget=budget, modes=("without LMS", "LMS"),
             batch_sizes=self.controls["batch_size"].options, min_bytes=session.lms_options["min_bytes"],
             device=session.lms_options["device"], host_device=session.lms_options["host_device"])
         best = self.frontier.largest_at_speed()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import time
 
 import numpy as np
@@ -104,10 +105,15 @@ class TorchStepPredictor(PrefixPredictions):
                 model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
             loss.backward()
 
+        collecting = gc.isenabled()
+        gc.collect()  # the garbage of earlier code freed now, and none collected during the run: each run counts alike
+        gc.disable()
         try:
             with FlopCounterMode(display=False) as flops, StorageMeter() as meter:
                 offloader.run(step, None)
         finally:
+            if collecting:
+                gc.enable()
             model.zero_grad()
             with torch.no_grad():
                 for variable, value in kept:

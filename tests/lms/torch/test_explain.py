@@ -22,6 +22,7 @@ def test_explain_fit_says_what_fills_the_step_and_what_fits_and_changes_nothing(
     assert peak["bytes"] == sum(peak["by_kind"].values())  # the saved activations' replay, by kind
     # without LMS, every tensor the step makes (gradients and temporaries too): above the saved activations' replay
     assert found.modes[0].peak_bytes == found.plain_peak_bytes > peak["bytes"]
+    assert found.plain_usable_bytes == int(2 * 2**20 * 0.95) > found.usable_bytes  # a counted peak may fill 95%
     assert peak["by_kind"]["activations_kept"] > peak["by_kind"]["weights"]
     assert {row["layer"].rstrip("_0123456789") for row in peak["layers"][:6]} <= {"batch_normalization", "conv2d"}
     plain, lms, recompute, lean = found.modes
@@ -177,3 +178,13 @@ def _tracebacks(traceback):
     while traceback is not None:
         yield traceback
         traceback = traceback.tb_next
+
+
+def test_explain_fit_against_a_budget_holds_every_way_to_it():
+    """%lms_tune's frontier: a budget is what every way of training may fill, without LMS too."""
+    model, data = residual_bn_dropout(), images()
+    found = lms_magic.explain_fit(model, data, batch_size=32, budget="1MiB", modes=("without LMS", "LMS"))
+    assert found.usable_bytes == found.plain_usable_bytes == 2**20
+    predictor = TorchStepPredictor(model, (data[0][:2], data[1][:2]))
+    largest = found.modes[0].largest_batch
+    assert predictor.plain_peak_bytes(largest) <= 2**20 < predictor.plain_peak_bytes(largest + 1)

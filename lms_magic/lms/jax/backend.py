@@ -159,7 +159,7 @@ class JaxBackend:
         except BudgetError as error:
             self.stats.notes.append(f"the budget: {error}; every eligible value is offloaded")
             plan = plan_swaps(dataclasses.replace(selection, n_tensors=-1), eligible, step.transient_peak, persistent)
-        plan = self._nothing_moved_where_xla_fits(plan, inner, args, shards)
+        plan = self._nothing_moved_where_xla_fits(plan, inner, args)
         chosen = frozenset(c.tensor for c in plan.moved)
         self.offloaded[key] = chosen
         moved = list(plan.moved)
@@ -181,20 +181,17 @@ class JaxBackend:
             self.stats.notes.append(loop_note)
         return chosen
 
-    def _nothing_moved_where_xla_fits(self, plan: Plan, inner, args, shards: int) -> Plan:
+    def _nothing_moved_where_xla_fits(self, plan: Plan, inner, args) -> Plan:
         """``plan``, or nothing moved where the replay's plain step does not fit the device but XLA's compiled one
         does: XLA fuses much of what the replay keeps, on a GPU most (docs/jax.md), and a step that fits should
         pay nothing. Asked only where the plan would move something to fit the device's capacity, on one device;
         one compile of the loss and gradient."""
-        if not plan.moved or plan.rule is not Rule.FITS_DEVICE or shards > 1 or self._layout is not None:
+        if not plan.moved or plan.rule is not Rule.FITS_DEVICE or self._layout is not None:
             return plan
-        from .compiled import compiled_bytes
+        from .compiled import compiled_step_bytes
 
-        compiled = compiled_bytes(inner, args)
-        if compiled is None:
-            return plan
-        compiled += sum(t.nbytes for t in persistent_tensors(self.model) if t.kind == "optimizer_state")
-        if compiled > usable_bytes(self.stats.capacity_bytes):
+        compiled = compiled_step_bytes(inner, args, persistent_tensors(self.model))
+        if compiled is None or compiled > usable_bytes(self.stats.capacity_bytes):
             return plan
         return Plan((), Rule.FITS_DEVICE, peak_bytes=compiled, peak_bytes_without_lms=compiled,
                     budget_bytes=plan.budget_bytes, fits=True, plans_tried=plan.plans_tried + 1, note=COMPILED_FITS)

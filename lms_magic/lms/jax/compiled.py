@@ -32,3 +32,12 @@ def compiled_bytes(inner, args) -> int | None:
         return None
     return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
                - analysis.alias_size_in_bytes)
+
+
+def compiled_step_bytes(inner, args, persistent) -> int | None:
+    """:func:`compiled_bytes` and the optimizer's state among ``persistent`` (``persistent.persistent_tensors``):
+    the loss and gradient do not read it, the train step holds it. None where XLA gives no figure."""
+    compiled = compiled_bytes(inner, args)
+    if compiled is None:
+        return None
+    return compiled + sum(tensor.nbytes for tensor in persistent if tensor.kind == "optimizer_state")

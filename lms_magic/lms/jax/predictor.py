@@ -15,7 +15,7 @@ from ..core.plan import Selection
 from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
-from .compiled import compiled_bytes
+from .compiled import compiled_step_bytes
 from .predict import JaxStep, differentiated, named_residuals, trace_step
 
 
@@ -117,10 +117,8 @@ class JaxStepPredictor(PrefixPredictions):
 
     def _compiled_bytes(self, batch_size: int) -> int:
         inner, args = self._inner_and_args(batch_size)
-        compiled = compiled_bytes(inner, args)
-        if compiled is None:
-            return self.predict(0, 1, batch_size).peak_bytes
-        return compiled + sum(tensor.nbytes for tensor in self._persistent if tensor.kind == "optimizer_state")
+        compiled = compiled_step_bytes(inner, args, self._persistent)
+        return self.predict(0, 1, batch_size).peak_bytes if compiled is None else compiled
 
     def eligible(self, lb: int, batch_size: int) -> list:
         whole_number("lb", lb, 1)

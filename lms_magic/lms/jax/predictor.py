@@ -43,8 +43,8 @@ class JaxStepPredictor(PrefixPredictions):
 
     compute_estimate = "XLA's FLOP count of the loss's value and gradient at the device's matrix-product rate"
     caveat = ("JAX: without LMS, the peak is XLA's compiled figure for this device; with LMS, a replay of the step's "
-              "operations before XLA fuses them, which XLA shrinks far more on a GPU than on a CPU: there the largest "
-              "batches with LMS are lower bounds (docs/explain.md#where-it-runs)")
+              "operations, which XLA compiles its own way, on a GPU most: there the largest batches with LMS are "
+              "unchecked (docs/explain.md#where-it-runs)")
     plain_peak_source = "XLA's compiled figure"
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):

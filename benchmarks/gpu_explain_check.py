@@ -110,6 +110,7 @@ else:
         if not is_out_of_memory(error):
             raise
         found["trains"] = False
+        found["error"] = str(error)[:400]  # XLA's: the size it asked for
     found["measured_peak_bytes"] = peak_bytes()
     if callbacks:
         stats = callbacks[0].stats
@@ -128,11 +129,12 @@ def trial(kind: str, batch: int, options) -> dict:
                 memory_gib=options.memory_gib, steps=options.steps, model=options.model, layers=options.layers)
     env = {**os.environ, "KERAS_BACKEND": options.backend, "PYTHONPATH": f"{ROOT}{os.pathsep}" +
            os.environ.get("PYTHONPATH", ""), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    limit_s = options.account_timeout_s if kind == "oom" and options.account_timeout_s else options.trial_timeout_s
     try:
         done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True, text=True,
-                              env=env, timeout=options.trial_timeout_s)
+                              env=env, timeout=limit_s)
     except subprocess.TimeoutExpired:
-        return {"batch": batch, "failed": f"over {options.trial_timeout_s} s"}
+        return {"batch": batch, "failed": f"over {limit_s} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if kind == "oom":
         print(done.stdout.replace(lines[-1], "") if lines else done.stdout, flush=True)
@@ -152,17 +154,22 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="a batch that does not fit")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--trial-timeout-s", type=float, default=150)
+    parser.add_argument("--account-timeout-s", type=float, default=None,
+                        help="the out-of-memory trial's limit (its account compiles and replays; default: --trial-timeout-s)")
     parser.add_argument("--max-batch", type=int, default=4096, help="the search's largest batch")
     parser.add_argument("--oom-only", action="store_true", help="the out-of-memory trial alone")
     parser.add_argument("--plain-fit-only", action="store_true",
                         help="gpt2: a plain fit instead of the out-of-memory trial (the account of a deep model "
                              "takes longer than a device call may)")
+    parser.add_argument("--lms-only", action="store_true", help="gpt2: the LMS trial alone")
     options = parser.parse_args()
     started = time.perf_counter()
     what = (f"ResNet-50 {options.size}x{options.size}" if options.model == "resnet50" else
             f"GPT-2 ({options.layers} layers, hidden 128, sequence {options.size})")
     print(f"{what} on {options.backend}, {options.device}, capped at {options.memory_gib:g} GiB", flush=True)
-    if options.plain_fit_only:  # no account: a plain fit at the batch, then the LMS trial
+    if options.lms_only:
+        account = {}
+    elif options.plain_fit_only:  # no account: a plain fit at the batch, then the LMS trial
         print("fit trial:", json.dumps(trial("fit", options.batch, options)), flush=True)
         account = {}
     else:

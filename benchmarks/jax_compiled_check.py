@@ -22,7 +22,7 @@ def main() -> None:
     import keras
     import numpy as np
 
-    from lms_magic.lms.jax.predict import differentiated
+    from lms_magic.lms.jax.residuals import differentiated
     from lms_magic.lms.jax.predictor import JaxStepPredictor
 
     size = options.size

@@ -10,7 +10,7 @@ os.environ["KERAS_BACKEND"] = "jax"; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax, numpy as np
 from lms_magic.lms.jax.predictor import JaxStepPredictor
-from lms_magic.lms.jax.predict import differentiated, named_residuals
+from lms_magic.lms.jax.residuals import differentiated, named_residuals
 from tests.hub import language_model, tokens
 MIB = 2**20
 for kind in ("gpt2", "bert"):

@@ -3,14 +3,15 @@
 Keras's JAX trainer differentiates ``compute_loss_and_updates`` with ``jax.value_and_grad`` inside its
 jitted ``train_step``. While LMS's train step is traced (once per batch shape, as Keras's own), the
 model's ``compute_loss_and_updates`` is traced anew with every floating-point value it makes named
-(``predict.named_residuals``: each equation of its jaxpr, named by its Keras layer path, primitive and
-position) and wrapped in ``jax.checkpoint`` with a policy that offloads the planned values
-(``Offloadable(src="device", dst="pinned_host")``; with ``recompute="only"``, ``Recompute``) and saves
-everything else as without LMS; the model's own again once the trace is done, whatever ends it. So every
+(``residuals.named_residuals``: each equation of its jaxpr, named by its Keras layer path, primitive and
+position) and wrapped in ``jax.checkpoint`` with a policy (``residuals.residual_policy``) that offloads the
+planned values (``Offloadable(src="device", dst="pinned_host")``; with ``recompute="only"``, ``Recompute``),
+saves the other named values, and computes anything else the backward pass reads (the inside of one
+operation's derivative) again from them; the model's own again once the trace is done, whatever ends it. So every
 value the backward pass keeps is a candidate: a layer's output, and inside a Transformer block the attention
 scores and probabilities and the feed-forward's wide intermediate. Where the device has no host memory
 kind to offload to, the plan recomputes instead (said). The plan is made in that trace, before the step
-runs: the jaxpr of the step with every value saveable is replayed (``predict.JaxStep``) for the peak of any
+runs: the jaxpr of the step with nothing moved is replayed (``predict.JaxStep``) for the peak of any
 set offloaded, and the one rule of ``core.plan.plan_swaps`` chooses (candidates in forward order). The
 values are copied, never changed, and a recomputed value is computed by the same operations again.
 """
@@ -109,7 +110,7 @@ class JaxBackend:
     def _checkpointed(self, original):
         import jax
 
-        from .predict import named_residuals
+        from .residuals import named_residuals
 
         def compute(trainable, non_trainable, metrics, x, y, sample_weight, training=False, optimizer_variables=None):
             def inner(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables):
@@ -128,20 +129,17 @@ class JaxBackend:
         return compute
 
     def _policy(self, chosen: frozenset):
-        from jax.ad_checkpoint import Offloadable, Recompute, Saveable
+        from jax.ad_checkpoint import Offloadable, Recompute
 
-        moved = Recompute if self.recompute == "only" else Offloadable(src="device", dst=self.host_kind)
+        from .residuals import residual_policy
 
-        def policy(primitive, *_, **params):
-            if primitive.name == "name" and params.get("name") in chosen:
-                return moved
-            return Saveable
-
-        return policy
+        return residual_policy(chosen, Recompute if self.recompute == "only" else Offloadable(src="device",
+                                                                                              dst=self.host_kind))
 
     # -- the plan --------------------------------------------------------------------------------
     def _plan(self, inner, args) -> frozenset:
-        from .predict import differentiated, trace_step, tree_arrays
+        from .predict import tree_arrays
+        from .residuals import differentiated, trace_step
 
         key = tuple((tuple(a.shape), str(a.dtype)) for a in tree_arrays(args[3:6]))
         if key in self.offloaded:

@@ -5,7 +5,7 @@ of JAX's memory pool (docs/explain.md#where-it-runs): where the two differ, this
 
 from __future__ import annotations
 
-from .predict import differentiated
+from .residuals import differentiated
 
 
 def compiled_bytes(inner, args) -> int | None:

@@ -50,14 +50,14 @@ def device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
 
 def step_cost(function, specs, batch_shards: int = 1):
     """The :class:`~lms_magic.lms.core.costs.StepCost` of ``function`` (a step's loss and gradient, as
-    ``predict.differentiated`` makes it) at ``specs`` (one device's share of the batch where it is split
+    ``residuals.differentiated`` makes it) at ``specs`` (one device's share of the batch where it is split
     ``batch_shards`` ways): XLA's FLOP count at the device's
     matrix-product rate (a lower bound on the compute, so the step ratio made with it is an upper one) and the
     host link's bandwidth (measured where a GPU is, else a stated default); None where XLA counts no FLOPs. Made
     outside any trace (it times a product on the device)."""
     from ...memory.bandwidth import host_link_bandwidth
     from ..core.costs import StepCost
-    from .predict import per_device_specs
+    from .residuals import per_device_specs
 
     flops, rate = step_flops(function, per_device_specs(specs, batch_shards)), device_flops_per_s()
     if not flops:

@@ -1,10 +1,11 @@
 """The JAX step as the plan sees it: the jaxpr of the loss's value and gradient, replayed for its liveness.
 
 The step LMS plans on is ``jax.value_and_grad`` of Keras's ``compute_loss_and_updates`` under
-``jax.checkpoint`` with every value named (``named_residuals``) and saveable: the same residuals
-as without LMS. Its jaxpr is flattened (the bodies of ``pjit``, ``remat``, custom-derivative calls
-inlined; loops and conditionals kept whole) and replayed in program order by ``core/simulate.py``: each
-equation's outputs live from it to their last reader. Offloading a named value is a swap in that
+``jax.checkpoint`` with every value named (``residuals.named_residuals``) and saved, anything else the backward pass
+reads computed again (``residuals.residual_policy``): LMS's step with nothing moved. Its jaxpr is flattened (the
+bodies of ``pjit``, ``remat``, custom-derivative calls inlined; loops and conditionals kept whole) and
+replayed in program order by ``core/simulate.py``, what is computed again just before its reader
+(``core/sink.py``): each equation's outputs live from it to their last reader. Offloading a named value is a swap in that
 replay: out after it is made, back one equation before the first backward reader (a reader inlined from
 the differentiated ``remat``: the backward pass). XLA fuses element-wise
 equations and schedules in its own order; without LMS the replay came within 0.96-1.02 of XLA's own
@@ -25,6 +26,7 @@ from ..core.peak import LiveTensor, explain_peak
 from ..core.plan import Candidate
 from ..core.indexed import IndexedGraph
 from ..core.simulate import Node, Swap, collector_paused, replay_with_swaps
+from ..core.sink import sink_recomputed
 
 # Equations that make no new buffer: their output is their input (a checkpoint name; float32 rounded to
 # float32's own precision).
@@ -72,6 +74,7 @@ class _Flat:
     producer: dict  # var -> (node name, output index)
     backward: set  # the nodes of the backward pass (inlined from the differentiated checkpoint)
     names: list  # (tensor: (node name, output), checkpoint name, aval) of each named value, in order
+    tangent: set = field(default_factory=set)  # the nodes of the backward pass that read the loss's cotangent
     loops: int = 0  # loops and conditionals kept whole (their bodies' outputs are not candidates)
     about: dict = field(default_factory=dict)  # node name -> (primitive, layer, shape of output 0), for explain
 
@@ -120,15 +123,25 @@ def flatten(closed_jaxpr, persistent_inputs: int) -> _Flat:
         flat.nodes.append(Node(name, (_nbytes(var.aval) if held else 0,), priority=-1))
         flat.producer[var] = (name, 0)
     _inline(jaxpr, flat, backward=False, alias={}, outer="")
+    # what the backward pass computes again from the forward's values alone: just before its reader, as XLA fuses it
+    flat.nodes = sink_recomputed(flat.nodes, flat.backward - flat.tangent)
     return flat
 
 
-def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str) -> None:
+def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str, seeded: frozenset = frozenset()) -> None:
+    """``jaxpr``'s equations as nodes of ``flat``, bodies inlined. ``seeded``: its inputs that carry the loss's
+    cotangent (a differentiated checkpoint's literal seed, or a value made from it)."""
     def source(var):
         if not hasattr(var, "aval") or type(var).__name__ == "Literal":
             return None
         var = alias.get(var, var)
         return flat.producer.get(var)
+
+    def carries(var, literal_seeds: bool = False) -> bool:
+        if type(var).__name__ == "Literal":
+            return literal_seeds
+        found = source(var)
+        return var in seeded or (found is not None and found[0] in flat.tangent)
 
     for eqn in jaxpr.eqns:
         layer = layer_in(getattr(eqn.source_info, "name_stack", ""), outer)
@@ -142,7 +155,10 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str) -> None
                 found = source(outer_var)
                 if found is not None:
                     flat.producer[inner_var] = found
-            _inline(inner, flat, backward or bool(eqn.params.get("differentiated")), inner_alias, layer)
+            differentiated = bool(eqn.params.get("differentiated"))
+            inner_seeded = frozenset(inner_var for outer_var, inner_var in zip(eqn.invars, inner.invars)
+                                     if carries(outer_var, literal_seeds=differentiated))
+            _inline(inner, flat, backward or differentiated, inner_alias, layer, inner_seeded)
             for outer_var, inner_var in zip(eqn.outvars, inner.outvars):
                 found = source(inner_var) if hasattr(inner_var, "aval") else None
                 if found is not None:
@@ -164,12 +180,14 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str) -> None
                             if eqn.outvars else ())
         if backward:
             flat.backward.add(name)
+            if any(carries(var) for var in eqn.invars):
+                flat.tangent.add(name)
         for index, var in enumerate(eqn.outvars):
             flat.producer[var] = (name, index)
 
 
 def layer_of_name(name: str, layer_types: dict[str, str]) -> str:
-    """The Keras layer a named value belongs to: the deepest part of its path (:func:`residual_name`) that is a
+    """The Keras layer a named value belongs to: the deepest part of its path (``residuals.residual_name``) that is a
     layer of the model, else the path's first part; a name without a path (``checkpoint_name(x, "dense")``) is
     its own layer.
 
@@ -299,102 +317,3 @@ def tree_arrays(tree) -> list:
 def array_bytes(arrays) -> int:
     """The bytes of ``arrays`` (JAX arrays or shape-and-dtype structs)."""
     return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in arrays)
-
-
-def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) -> JaxStep:
-    """The :class:`JaxStep` of ``jax.value_and_grad(inner)`` at ``args``' shapes: ``inner`` is Keras's
-    ``compute_loss_and_updates`` taking ``(trainable, non_trainable, metrics, x, y, sample_weight,
-    optimizer_variables)``, traced under ``jax.checkpoint`` with every named output saveable (the residuals
-    of the step without LMS). ``inner`` names the values that are candidates (:func:`named_residuals`).
-    ``batch_shards``: the batch is split so many ways over the devices (``keras.distribution``): the step is
-    traced at one device's share of it."""
-    import jax
-
-    grad, specs = differentiated(inner, args)
-    specs = per_device_specs(specs, batch_shards)
-    held = len(tree_arrays(args[:3]))  # the variables: held through the step anyway
-    return JaxStep(jax.make_jaxpr(grad)(*specs), held, layer_types)
-
-
-def per_device_specs(specs, batch_shards: int):
-    """``specs`` (``differentiated``'s) with x, y and sample_weight at one device's rows, the batch split
-    ``batch_shards`` ways."""
-    import jax
-
-    if batch_shards <= 1:
-        return specs
-
-    def share(spec):
-        if not isinstance(spec, jax.ShapeDtypeStruct) or not spec.shape:
-            return spec
-        return jax.ShapeDtypeStruct((-(-spec.shape[0] // batch_shards), *spec.shape[1:]), spec.dtype)
-
-    return (*specs[:3], *jax.tree_util.tree_map(share, tuple(specs[3:6])), *specs[6:])
-
-
-def differentiated(inner, args):
-    """``(jax.value_and_grad of inner under jax.checkpoint with everything saveable, the shapes of args)``:
-    the function :func:`trace_step` traces, and its arguments as ``jax.ShapeDtypeStruct``."""
-    import jax
-
-    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a,
-                                   args)
-    saveable = jax.checkpoint(inner, policy=lambda *_, **__: True)
-    return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), specs
-
-
-def named_residuals(inner):
-    """``inner`` (Keras's ``compute_loss_and_updates``, a function of arrays) traced anew with every floating-point
-    value it makes named (``checkpoint_name``): each equation of its jaxpr, in order, and so every value the
-    backward pass may keep is a candidate the checkpoint policy can offload or recompute by its name. The name
-    is the equation's Keras layer path (its name stack), its primitive and its position, e.g.
-    ``multi_head_attention/query/dot_general:3``; the same step traced again gets the same names. A call of a
-    jitted function (``jax.nn.gelu``) is one equation: its outputs are named, what it keeps inside is not. The
-    math is the same: a name is the identity, and the equations are bound as they were traced.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> def loss(w, x):
-        ...     return jnp.sum(jnp.tanh(x @ w) ** 2)
-        >>> eqns = jax.make_jaxpr(named_residuals(loss))(jnp.ones((4, 4)), jnp.ones((2, 4))).eqns
-        >>> [e.params["name"] for e in eqns if e.primitive.name == "name"]
-        ['dot_general:0', 'tanh:1', 'integer_pow:2', 'reduce_sum:3']
-    """
-    import jax
-
-    def named(*args):
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        closed, shapes = jax.make_jaxpr(lambda *flat: inner(*jax.tree_util.tree_unflatten(tree, flat)),
-                                        return_shape=True)(*leaves)
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), _evaluated_named(closed, leaves))
-
-    return named
-
-
-def residual_name(eqn, index: int) -> str:
-    """The name :func:`named_residuals` gives the outputs of the ``index``-th equation ``eqn``."""
-    path = "/".join(part for part in re.sub(r"[\w<>]+\(|\)", "", str(eqn.source_info.name_stack)).split("/") if part)
-    return f"{path}/{eqn.primitive.name}:{index}" if path else f"{eqn.primitive.name}:{index}"
-
-
-def _evaluated_named(closed, args) -> list:
-    """The outputs of ``closed`` (a ClosedJaxpr) at ``args``, each equation's floating-point outputs named."""
-    import jax.numpy as jnp
-    from jax.ad_checkpoint import checkpoint_name
-
-    from ... import internals
-
-    jaxpr, values = closed.jaxpr, {}
-
-    def read(var):
-        return var.val if type(var).__name__ == "Literal" else values[var]
-
-    values.update(zip(jaxpr.constvars, closed.consts))
-    values.update(zip(jaxpr.invars, args))
-    for index, eqn in enumerate(jaxpr.eqns):
-        outputs = internals.jaxpr_equation_bound(eqn, [read(var) for var in eqn.invars])
-        name = residual_name(eqn, index)
-        values.update(zip(eqn.outvars, [
-            checkpoint_name(value, name) if jnp.issubdtype(getattr(value, "dtype", jnp.int32), jnp.floating)
-            else value for value in outputs]))
-    return [read(var) for var in jaxpr.outvars]

@@ -1,7 +1,7 @@
 """Instant predictions for any LMS setting on JAX: the step's jaxpr traced once per batch size, replayed on demand.
 
 What ``%lms_tune`` needs on Keras's JAX backend: the jaxpr of the loss's value and gradient, made as the
-``LMS`` callback makes it while it plans (``predict.trace_step``, every value named), its
+``LMS`` callback makes it while it plans (``residuals.trace_step``, every value named), its
 candidates (each value the backward pass reads) and the replay's peak with any prefix of them
 offloaded or recomputed, memoised. ``lb`` changes nothing here: XLA schedules the copies back.
 """
@@ -16,7 +16,8 @@ from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
 from .compiled import compiled_step_bytes
-from .predict import JaxStep, differentiated, named_residuals, trace_step
+from .predict import JaxStep
+from .residuals import differentiated, named_residuals, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):

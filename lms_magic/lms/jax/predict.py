@@ -217,6 +217,7 @@ class JaxStep:
         closed_jaxpr: the jaxpr of the step (see the module's docstring).
         persistent_inputs: how many of its first inputs are variables (held anyway: not replayed).
         layer_types: layer name -> class name, for the candidates.
+        flat: the replay nodes, where they are made otherwise (``rescale.py``): then ``closed_jaxpr`` is unused.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -232,8 +233,9 @@ class JaxStep:
         True
     """
 
-    def __init__(self, closed_jaxpr, persistent_inputs: int, layer_types: dict[str, str] | None = None):
-        self.flat = flat = flatten(closed_jaxpr, persistent_inputs)
+    def __init__(self, closed_jaxpr, persistent_inputs: int, layer_types: dict[str, str] | None = None,
+                 flat: _Flat | None = None):
+        self.flat = flat = flat if flat is not None else flatten(closed_jaxpr, persistent_inputs)
         readers: dict[tuple, list[str]] = {}
         for node in flat.nodes:
             for tensor in node.inputs:

@@ -17,6 +17,7 @@ from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
 from .compiled import compiled_step_bytes
 from .predict import JaxStep
+from .rescale import rescaled
 from .residuals import differentiated, named_residuals, trace_step
 
 
@@ -59,6 +60,7 @@ class JaxStepPredictor(PrefixPredictions):
         self._persistent = persistent_tensors(model)  # as the LMS callback counts them
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._steps: dict[int, JaxStep] = {}
+        self._traced: list[int] = []  # the batch sizes traced, in order (the others are rescaled from two)
         self._eligible: dict[int, list] = {}
         self._compiled: dict[int, int] = {}
 
@@ -86,13 +88,21 @@ class JaxStepPredictor(PrefixPredictions):
         return inner, (state[0], state[1], state[2], x, y, sample_weight, state[3])
 
     def trace(self, batch_size: int) -> JaxStep:
-        """The step's jaxpr at ``batch_size``, as LMS plans on it (once per batch size)."""
+        """The step's jaxpr at ``batch_size``, as LMS plans on it: traced for the first two batch sizes asked
+        for, and from those two for the others where every size is a line in the batch (``rescale.py``)."""
         whole_number("batch_size", batch_size, 1)
         if batch_size not in self._steps:
-            started = time.perf_counter()
-            inner, args = self._inner_and_args(batch_size)
-            self._steps[batch_size] = trace_step(named_residuals(inner), args, self._layer_types)
-            self.trace_s = time.perf_counter() - started
+            step = None
+            if len(self._traced) >= 2:
+                (first, second), types = self._traced[:2], self._layer_types
+                step = rescaled(self._steps[first], first, self._steps[second], second, batch_size, types)
+            if step is None:
+                started = time.perf_counter()
+                inner, args = self._inner_and_args(batch_size)
+                step = trace_step(named_residuals(inner), args, self._layer_types)
+                self.trace_s = time.perf_counter() - started
+                self._traced.append(batch_size)
+            self._steps[batch_size] = step
         return self._steps[batch_size]
 
     def plain_peak_bytes(self, batch_size: int) -> int:

@@ -162,11 +162,15 @@ def main() -> None:
                         help="gpt2: a plain fit instead of the out-of-memory trial (the account of a deep model "
                              "takes longer than a device call may)")
     parser.add_argument("--lms-only", action="store_true", help="gpt2: the LMS trial alone")
+    parser.add_argument("--plain-only", action="store_true", help="gpt2: the plain fit trial alone")
     options = parser.parse_args()
     started = time.perf_counter()
     what = (f"ResNet-50 {options.size}x{options.size}" if options.model == "resnet50" else
             f"GPT-2 ({options.layers} layers, hidden 128, sequence {options.size})")
     print(f"{what} on {options.backend}, {options.device}, capped at {options.memory_gib:g} GiB", flush=True)
+    if options.plain_only:
+        print("fit trial:", json.dumps(trial("fit", options.batch, options), default=str), flush=True)
+        return
     if options.lms_only:
         account = {}
     elif options.plain_fit_only:  # no account: a plain fit at the batch, then the LMS trial

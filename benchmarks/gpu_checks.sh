@@ -7,7 +7,8 @@
 # trains in 16 GiB, LMS's predicted peak against the measured one (issue 38), then the same fit without LMS
 # (out of memory, or not); 3. ResNet-50 224x224 on JAX in 16 GiB: the out-of-memory account at batch 384, its
 # largest batch without LMS (XLA's figure, compiled under the cap) checked by training there and one above
-# (issue 36). PyTorch's largest batch was checked on 2026-11-26 (gpu-2026-11-26b).
+# (issue 36); 4. LMS's JAX step with nothing moved against the plain step, as XLA compiles them under the cap.
+# PyTorch's largest batch was checked on 2026-11-26 (gpu-2026-11-26b).
 OUT=${OUT:-/tmp/gpu_checks}; mkdir -p $OUT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > $OUT/install.log 2>&1 || { tail -5 $OUT/install.log; exit 1; }
@@ -25,6 +26,11 @@ grep -E "trial|done|GPT" $OUT/2-gpt2-jax-lms.log | cut -c1-3000
 KERAS_BACKEND=jax timeout 70 python3 benchmarks/gpu_explain_check.py $GPT2 --plain-only --trial-timeout-s 65 \
     > $OUT/3-gpt2-jax-plain.log 2>&1
 grep -E "trial|done|GPT" $OUT/3-gpt2-jax-plain.log | cut -c1-1000
-KERAS_BACKEND=jax timeout 230 python3 benchmarks/gpu_explain_check.py --backend jax --batch 384 \
-    --account-timeout-s 140 --trial-timeout-s 40 > $OUT/4-resnet50-jax.log 2>&1
+KERAS_BACKEND=jax timeout 190 python3 benchmarks/gpu_explain_check.py --backend jax --batch 384 \
+    --account-timeout-s 130 --trial-timeout-s 30 > $OUT/4-resnet50-jax.log 2>&1
 grep -E "trial|done|ResNet|largest|step needs|predicted" $OUT/4-resnet50-jax.log | cut -c1-400
+# LMS's step with nothing moved (every name saved, the rest computed again) against the plain step, compiled under
+# the same cap: what LMS's checkpoint costs on a GPU
+XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "import pynvml as n; n.nvmlInit(); print(f'{16 * 2**30 / n.nvmlDeviceGetMemoryInfo(n.nvmlDeviceGetHandleByIndex(0)).total:.4f}')") \
+    KERAS_BACKEND=jax timeout 45 python3 benchmarks/jax_compiled_check.py --size 224 242 > $OUT/5-compiled.log 2>&1
+grep batch $OUT/5-compiled.log | cut -c1-300

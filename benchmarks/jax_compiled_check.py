@@ -1,6 +1,8 @@
 """XLA's compiled figure for ResNet-50's loss and gradient on JAX's default device, at several batches: the
-function the replay traces (every residual saved under ``jax.checkpoint``) and ``inner``'s own
-``jax.value_and_grad`` (what ``lms/jax/compiled.py`` compiles). Compiles only: nothing is allocated for a step.
+function the replay traces and LMS runs with nothing moved ("checkpointed": ``residuals.differentiated``; until
+2026-11-26 every residual saveable under its ``jax.checkpoint``, since then every named value saved and the rest
+computed again) and ``inner``'s own ``jax.value_and_grad`` (what ``lms/jax/compiled.py`` compiles). Compiles
+only: nothing is allocated for a step.
 
     KERAS_BACKEND=jax python benchmarks/jax_compiled_check.py --size 224 120 242 384
 """

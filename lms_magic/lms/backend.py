@@ -101,6 +101,11 @@ class Framework:
         raise ValueError(cls.tuner_refusal or f"the tuner does not run on {cls.name!r}")
 
     @staticmethod
+    def wait_for_the_device(model) -> None:
+        """Waits for the steps ``fit`` has handed the device to finish, so that an error of theirs (out of
+        memory) is raised here. By default nothing: the framework's ``fit`` returns when its steps have run."""
+
+    @staticmethod
     def trial_device() -> tuple[str | None, bool]:
         """The device measured trials train on (None: the framework's own choice), and whether it is a GPU."""
         raise NotImplementedError

@@ -132,16 +132,15 @@ class OutOfMemoryExplained(_FitPatched):
 
 
 def _wait_for_the_device(model) -> None:
-    """On JAX, waits for the fit's last step: JAX runs steps asynchronously, so a step that runs out of memory
-    says so when its result is first read (the next cell's ``model.get_weights()``, seen on an H200), after ``fit``
-    has returned. Elsewhere (or with no JAX imported) nothing."""
-    import sys
+    """The fit's framework waits for its last step (``Framework.wait_for_the_device``: JAX runs steps
+    asynchronously); nothing on a Keras backend LMS does not run on."""
+    import keras
 
-    jax = sys.modules.get("jax")
-    keras = sys.modules.get("keras")
-    if jax is None or keras is None or keras.backend.backend() != "jax":
-        return
-    jax.block_until_ready([variable.value for variable in model.variables])
+    from ..lms.framework import NAMES, framework
+
+    name = keras.backend.backend()
+    if name in NAMES:
+        framework(name).wait_for_the_device(model)
 
 
 class FitsExplained(_FitPatched):

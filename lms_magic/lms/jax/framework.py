@@ -26,6 +26,15 @@ class JaxFramework(Framework):
     }
 
     @staticmethod
+    def wait_for_the_device(model) -> None:
+        """JAX runs steps asynchronously: a step that runs out of memory says so when its result is first read
+        (the next cell's ``model.get_weights()``, seen on an H200), after ``fit`` has returned. So: until the
+        model's variables are ready."""
+        import jax
+
+        jax.block_until_ready([variable.value for variable in model.variables])
+
+    @staticmethod
     def devices() -> list[str]:
         import jax
 

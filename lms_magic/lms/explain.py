@@ -107,6 +107,13 @@ class FitExplanation:
     plain_peak_source: str = ""
     plain_usable_bytes: int | None = None  # what the step without LMS may fill, where not usable_bytes
 
+    @property
+    def plain_limit_bytes(self) -> int | None:
+        """What the step without LMS may fill where that differs from what LMS plans to (a peak the framework
+        itself gives: 95% of the device, not 80%), else None."""
+        differs = self.plain_usable_bytes and self.plain_usable_bytes != self.usable_bytes
+        return self.plain_usable_bytes if differs else None
+
     def largest_at_speed(self) -> FrontierPoint | None:
         """The frontier's largest batch that fits at ``speed_target`` of plain speed or better (a step at most
         1 / ``speed_target`` of a plain step's time), the fastest way first where batches tie; None if none."""
@@ -128,8 +135,8 @@ class FitExplanation:
     def lines(self) -> list[str]:
         """The explanation as plain lines, for a terminal."""
         peak = self.peak
-        plain = (f"; without LMS, its peak may fill {format_size(self.plain_usable_bytes)}"
-                 if self.plain_usable_bytes and self.plain_usable_bytes != self.usable_bytes else "")
+        limit = self.plain_limit_bytes
+        plain = f"; without LMS, its peak may fill {format_size(limit)}" if limit else ""
         device = (f"the device has {format_size(self.capacity_bytes)} (LMS plans to fill {format_size(self.usable_bytes)}, "
                   f"{1 - CAPACITY_HEADROOM:.0%}{plain})" if self.capacity_bytes else "no device capacity known")
         if self.plain_peak_source:

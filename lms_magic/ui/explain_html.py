@@ -36,8 +36,8 @@ def explanation_html(found) -> str:
     rows = [(mode.mode, _mib(mode.peak_bytes), {True: "yes", False: "no", None: ""}[mode.fits], mode.largest_batch,
              None if mode.step_ratio is None else f"{mode.step_ratio:.2f}", mode.unavailable or mode.magic)
             for mode in found.modes]
-    plain = (f"; without LMS, its peak may fill {found.plain_usable_bytes / MIB:.1f}"
-             if found.plain_usable_bytes and found.plain_usable_bytes != found.usable_bytes else "")
+    limit = found.plain_limit_bytes
+    plain = f"; without LMS, its peak may fill {limit / MIB:.1f}" if limit else ""
     device = (f"the device: {found.capacity_bytes / MIB:.1f} MiB, LMS plans to fill {found.usable_bytes / MIB:.1f}{plain}"
               if found.capacity_bytes else "no device capacity known")
     notes = [device] + ([found.caveat] if found.caveat else []) + \

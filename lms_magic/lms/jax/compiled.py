@@ -5,7 +5,7 @@ of JAX's memory pool (docs/explain.md#where-it-runs): where the two differ, this
 
 from __future__ import annotations
 
-from .residuals import differentiated
+from .residuals import shape_specs
 
 
 def compiled_bytes(inner, args) -> int | None:
@@ -24,12 +24,11 @@ def compiled_bytes(inner, args) -> int | None:
     """
     import jax
 
-    _, specs = differentiated(inner, args)
-    # inner's own value and gradient, not the replay's function: under its jax.checkpoint every residual is
-    # saved as it is (on the H200, 2.3x what the step needed)
+    # inner's own value and gradient, not the replay's function under its jax.checkpoint (what this compiled
+    # before the H200 showed it: 2.3x what the step needed there)
     function = jax.value_and_grad(inner, has_aux=True)
     try:
-        analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
+        analysis = jax.jit(function).lower(*shape_specs(args)).compile().memory_analysis()
     except Exception:  # a backend without it
         return None
     if analysis is None:

@@ -68,15 +68,22 @@ def residual_policy(moved: frozenset = frozenset(), to=None):
     return policy
 
 
-def differentiated(inner, args):
-    """``(jax.value_and_grad of inner under jax.checkpoint with nothing moved (:func:`residual_policy`), the
-    shapes of args)``: the function :func:`trace_step` traces, and its arguments as ``jax.ShapeDtypeStruct``."""
+def shape_specs(args):
+    """``args`` with each array (anything with a shape) as a ``jax.ShapeDtypeStruct``: tracing and compiling
+    need no values."""
     import jax
 
-    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a,
-                                   args)
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a,
+                                  args)
+
+
+def differentiated(inner, args):
+    """``(jax.value_and_grad of inner under jax.checkpoint with nothing moved (:func:`residual_policy`), the
+    shapes of args)``: the function :func:`trace_step` traces, and its arguments (:func:`shape_specs`)."""
+    import jax
+
     saveable = jax.checkpoint(inner, policy=residual_policy())
-    return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), specs
+    return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), shape_specs(args)
 
 
 def named_residuals(inner):

@@ -33,7 +33,7 @@ from .lean import LeanOps
 from ..persistent import persistent_tensors
 from .predict import TracedStep
 from .recompute import plan_recomputes
-from .rewrite import Rescaled, find_candidates, layer_resolver
+from .rewrite import Rescaled, find_candidates, layer_resolver, resized
 
 
 def _specs(sample, batch_size: int):
@@ -99,6 +99,7 @@ class StepPredictor(PrefixPredictions):
         self._plain: dict[int, TracedStep] = {}  # the step as Keras traces it (the "without LMS" figures)
         self._orders: dict[int, tuple] = {}  # batch size -> find_candidates' order, where ordered
         self._candidates: dict[tuple[int, int], list] = {}
+        self._found_off_traces: dict[int, list] = {}  # lb -> the candidates of a batch read off two traces
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
         self._source = None  # what _rescale_source found (False: the two traces differ)
@@ -190,13 +191,24 @@ class StepPredictor(PrefixPredictions):
         key = (lb, batch_size)
         if key not in self._candidates:
             step = self.trace(batch_size)
-            found, _ = find_candidates(step.ops, self._layer_of, lb, step.batch_size, order=self._orders.get(batch_size))
-            if self.recompute == "only":  # as the backend plans it: the recomputable ones, in forward order
-                recomputable = plan_recomputes(found, self.trace(batch_size).ops)
-                found = [item for item in found if item.tensor.name in recomputable]
+            if not isinstance(step.batch_size, Rescaled):
+                found = self._found(lb, step, self._orders.get(batch_size))
+            else:  # the traced ops: the same tensors, consumers and triggers at every batch read off them
+                if lb not in self._found_off_traces:
+                    self._found_off_traces[lb] = self._found(lb, step)
+                found = resized(self._found_off_traces[lb], step.batch_size)
             by_tensor = {item.candidate.tensor: item for item in found}
             self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
         return self._candidates[key]
+
+    def _found(self, lb: int, step: TracedStep, order=None) -> list:
+        """``find_candidates``' candidates of ``step`` (with ``recompute="only"``, as the backend plans it: the
+        recomputable ones), in forward order."""
+        found, _ = find_candidates(step.ops, self._layer_of, lb, step.batch_size, order=order)
+        if self.recompute == "only":
+            recomputable = plan_recomputes(found, step.ops)
+            found = [item for item in found if item.tensor.name in recomputable]
+        return found
 
     def _replay(self, lb: int, batch_size: int, count: int):
         key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing

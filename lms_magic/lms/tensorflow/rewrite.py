@@ -18,6 +18,7 @@ so the math is the same with and without LMS.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -238,6 +239,17 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
         notes.append("LMS leaves recurrent layer(s) " + ", ".join(sorted(f"'{n}'" for n in loops)) +
                      " on the device (no tensor of theirs is swapped): their activations live inside a while loop")
     return candidates, notes
+
+
+def resized(items: list[TensorCandidate], batch_size) -> list[TensorCandidate]:
+    """``items`` (``find_candidates``' of a step) with each candidate's shape and bytes at ``batch_size`` (an int
+    or a :class:`Rescaled`): the same tensors, consumers and triggers, which do not depend on the batch."""
+    def one(item: TensorCandidate) -> TensorCandidate:
+        candidate = dataclasses.replace(item.candidate, shape=tuple(sized_dims(item.tensor, batch_size)),
+                                        nbytes=static_bytes(item.tensor, batch_size))
+        return dataclasses.replace(item, candidate=candidate, mirrors=[one(mirror) for mirror in item.mirrors])
+
+    return [one(item) for item in items]
 
 
 def _mirrored(by_replica: dict[str, list[TensorCandidate]]) -> list[TensorCandidate]:

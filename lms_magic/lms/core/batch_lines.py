@@ -73,6 +73,22 @@ def live_lines(first_batch: int, first: Replay, second_batch: int, second: Repla
     return LiveLines(first_batch, _highest(lines))
 
 
+def resized_lines(first_batch: int, replay: Replay, second_batch: int) -> LiveLines | None:
+    """The lines through an explained replay at ``first_batch`` and its ``resized_live_bytes``, the same walk with
+    the sizes at ``second_batch`` (``IndexedGraph.replay(..., resized=...)``): as :func:`live_lines` of two
+    replays, with one walk.
+
+    Example:
+        >>> lines = resized_lines(8, Replay(80, "b", ["a", "b"], live_bytes=[40, 80], resized_live_bytes=[80, 160]), 16)
+        >>> lines.peak_bytes(100)
+        1000
+    """
+    if replay.resized_live_bytes is None:
+        return None
+    return live_lines(first_batch, replay, second_batch, Replay(max(replay.resized_live_bytes, default=0), None,
+                                                                replay.order, live_bytes=replay.resized_live_bytes))
+
+
 def size_coincidences(first_batch: int, first: list[Node], second_batch: int, second: list[Node]) -> set[int] | None:
     """The batch sizes where an in-place kernel's choice (take over an input's buffer of its output's size) could
     differ from what it was in the two node lists of one graph at two batch sizes; None where it differed between
@@ -114,4 +130,4 @@ def size_coincidences(first_batch: int, first: list[Node], second_batch: int, se
     return batches
 
 
-__all__ = ["LiveLines", "live_lines", "size_coincidences"]
+__all__ = ["LiveLines", "live_lines", "resized_lines", "size_coincidences"]

@@ -64,6 +64,8 @@ class Replay:
     order: list[str] = field(default_factory=list)
     live_at_peak: list[tuple[tuple[str, int], int]] | None = None
     live_bytes: list[int] | None = None
+    # with replay(..., resized=...): the bytes live after each step of ``order`` with the nodes' outputs resized
+    resized_live_bytes: list[int] | None = None
 
 
 class GraphCycleError(ValueError):
@@ -116,20 +118,31 @@ class IndexedGraph:
 
     def replay(self, persistent_bytes: int = 0, explain: bool = False,
                substitute: dict[str, tuple[str, int]] | None = None, added: list[Node] = (),
-               rewired: dict[str, dict[tuple[str, int], tuple[str, int]]] | None = None) -> Replay:
+               rewired: dict[str, dict[tuple[str, int], tuple[str, int]]] | None = None,
+               resized: list[Node] | None = None) -> Replay:
         """The replay of the graph (as ``simulate.replay``), changed: each node named in ``substitute`` removed
         and its readers reading the tensor it maps to instead (any output of the removed node); the ``added``
         nodes after the graph's; each node named in ``rewired`` reading, for each tensor in its mapping, the
-        tensor it maps to."""
+        tensor it maps to.
+
+        ``resized`` (with ``explain``): the graph's nodes and the added ones, in the same order, with other
+        output sizes (the same step at another batch size): ``Replay.resized_live_bytes`` then has the bytes
+        live after each step with those sizes, the order, buffers and frees kept (what two replays give where
+        no in-place choice changes with the sizes: ``core/batch_lines.py``).
+        """
         self._walk_arrays()
         change = _Change(self, substitute or {}, list(added), rewired or {})
         order = self._order(change)
-        peak, peak_step, live_bytes, buffers = _walk(change, order, persistent_bytes, explain)
+        peak, peak_step, live_bytes, buffers, spans = _walk(change, order, persistent_bytes, explain)
         names = [change.nodes[position].name for position in order]
         result = Replay(peak_bytes=peak, peak_after=names[peak_step] if peak_step >= 0 else None, order=names)
         if explain:
             result.live_bytes = live_bytes
             result.live_at_peak = [((change.nodes[writer[0]].name, writer[1]), n_bytes) for writer, n_bytes in buffers]
+        if resized is not None:
+            if not explain or [node.name for node in resized] != [node.name for node in change.nodes]:
+                raise ValueError("resized: the replayed graph's nodes and the added ones, in order, with explain=True")
+            result.resized_live_bytes = _live_bytes(spans, _walk_fields(resized, 0)[1], len(order), persistent_bytes)
         return result
 
     def order(self) -> list[int]:
@@ -244,7 +257,8 @@ def _walk_fields(nodes: list[Node], first: int) -> tuple[list, list, list]:
 
 def _walk(change: _Change, order, persistent_bytes, explain):
     """The liveness walk over ``order`` (simulate.replay's rules). Returns the peak, the step it happened
-    at, the live bytes after each step (explain) and the buffers live at the peak as (last writer, bytes)."""
+    at, the live bytes after each step (explain), the buffers live at the peak as (last writer, bytes) and each
+    buffer's (step allocated, step freed, first writer) (explain)."""
     data, outputs, device_bytes, shares, nodes = change.data, change.outputs, change.device_bytes, change.shares, change.nodes
     changed, readers = change.inputs, change.readers
     buffer_of: dict[tuple[int, int], int] = {}
@@ -307,7 +321,24 @@ def _walk(change: _Change, order, persistent_bytes, explain):
         at_peak = [(max((w for w in writers[buffer] if w[0] <= peak_step), key=lambda w: w[0])[1], buffer_bytes[buffer])
                    for buffer in range(len(buffer_bytes))
                    if buffer_bytes[buffer] and allocated_at[buffer] <= peak_step <= freed_at[buffer]]
-    return peak, peak_step, live_bytes, at_peak
+    spans = [(allocated_at[buffer], freed_at[buffer], writers[buffer][0][1]) for buffer in range(len(buffer_bytes))] \
+        if explain else []
+    return peak, peak_step, live_bytes, at_peak, spans
+
+
+def _live_bytes(spans, device_bytes, steps: int, persistent_bytes: int) -> list[int]:
+    """The bytes live after each of ``steps`` steps, each buffer of ``spans`` (step allocated, step freed, first
+    writer) holding its first writer's ``device_bytes`` from its allocation to its freeing, both included."""
+    change = [0] * (steps + 1)
+    for allocated, freed, (position, index) in spans:
+        n_bytes = device_bytes[position][index]
+        change[allocated] += n_bytes
+        change[min(freed, steps - 1) + 1] -= n_bytes
+    live, total = [], persistent_bytes
+    for delta in change[:steps]:
+        total += delta
+        live.append(total)
+    return live
 
 
 def _shared(node: Node, index: int, n_bytes: int, inputs, buffer_of, buffer_bytes, buffer_readers) -> int | None:

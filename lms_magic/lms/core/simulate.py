@@ -174,9 +174,11 @@ def with_swaps(nodes: list[Node], swaps: list[Swap]) -> list[Node]:
 
 
 def replay_with_swaps(graph: IndexedGraph, swaps: list[Swap], persistent_bytes: int = 0,
-                      explain: bool = False) -> Replay:
+                      explain: bool = False, resized: tuple[list[Node], list[Swap]] | None = None) -> Replay:
     """``replay(with_swaps(graph.nodes, swaps))``, on a graph numbered once: what a search over many sets of
-    swaps of one step replays.
+    swaps of one step replays. ``resized`` (with ``explain``): the same graph's nodes and the same swaps at other
+    sizes (the step at another batch size): the replay's ``resized_live_bytes`` are its live bytes there
+    (``IndexedGraph.replay``).
 
     Example:
         >>> graph = IndexedGraph([Node("a", (100,), priority=0), Node("b", (1,), (("a", 0),), priority=1),
@@ -187,7 +189,10 @@ def replay_with_swaps(graph: IndexedGraph, swaps: list[Swap], persistent_bytes: 
     """
     index, nodes = graph.index, graph.nodes
     extra, rewired = _swap_nodes(swaps, lambda name: nodes[index[name]].priority if name in index else 0.0)
-    return graph.replay(persistent_bytes, explain, added=extra, rewired=rewired)
+    if resized is not None:
+        other_nodes, other_swaps = resized
+        resized = list(other_nodes) + _swap_nodes(other_swaps, lambda name: 0.0)[0]
+    return graph.replay(persistent_bytes, explain, added=extra, rewired=rewired, resized=resized)
 
 
 def _swap_nodes(swaps: list[Swap], priority_of) -> tuple[list[Node], dict[str, dict]]:

@@ -113,13 +113,16 @@ class TracedStep:
         """Device memory the step allocates at its peak, beyond what it holds before."""
         return self.replay(swaps).peak_bytes
 
-    def replay(self, swaps: list[TensorCandidate] = (), explain: bool = False):
+    def replay(self, swaps: list[TensorCandidate] = (), explain: bool = False, resized=None):
         """The liveness replay of the step with ``swaps``: its peak and the op after which it happens
-        (and, with ``explain``, the buffers live there)."""
+        (and, with ``explain``, the buffers live there). ``resized``: (this step traced at another batch size,
+        its candidates of the same tensors): the replay's ``resized_live_bytes`` are its live bytes there
+        (core/indexed.py), without a replay of its own."""
         if self._indexed is None:  # numbered once for the searches' replays (core/indexed.py)
             self._indexed = IndexedGraph(self.nodes())
+        other = None if resized is None else (resized[0].nodes(), _planned(resized[1]))
         with collector_paused():
-            return replay_with_swaps(self._indexed, _planned(swaps), explain=explain)
+            return replay_with_swaps(self._indexed, _planned(swaps), explain=explain, resized=other)
 
     def explain(self, swaps: list[TensorCandidate], persistent: list[LiveTensor], layer_of,
                 optimizer_scope: str | None, result=None) -> dict:

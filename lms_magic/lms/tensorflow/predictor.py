@@ -24,7 +24,7 @@ import time
 import tensorflow as tf
 
 from ... import internals
-from ..core.batch_lines import live_lines, size_coincidences
+from ..core.batch_lines import resized_lines, size_coincidences
 from ..core.plan import Selection
 from ..core.prediction import Prediction, PrefixPredictions
 from ..options import compiled_model, whole_number
@@ -181,7 +181,7 @@ class StepPredictor(PrefixPredictions):
             return None
         key = (lb if count else 0, count)
         if key not in self._lines:
-            self._lines[key] = live_lines(first, self._replay(lb, first, count), second, self._replay(lb, second, count))
+            self._lines[key] = resized_lines(first, self._replay(lb, first, count, resized_to=second), second)
         return self._lines[key]
 
     def candidates(self, lb: int, batch_size: int) -> list:
@@ -210,12 +210,17 @@ class StepPredictor(PrefixPredictions):
             found = [item for item in found if item.tensor.name in recomputable]
         return found
 
-    def _replay(self, lb: int, batch_size: int, count: int):
+    def _replay(self, lb: int, batch_size: int, count: int, resized_to: int | None = None):
+        """The explained replay with the first ``count`` candidates moved (memoised); with ``resized_to``, another
+        traced batch size, it has the live bytes there too (``resized_live_bytes``)."""
         key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing
-        if key not in self._replays:
-            chosen = self.candidates(lb, batch_size)[:count]
-            step = self.trace(batch_size) if count else self._plain[batch_size]
-            self._replays[key] = step.replay(chosen, explain=True)
+        if key not in self._replays or resized_to is not None and self._replays[key].resized_live_bytes is None:
+            def step_at(batch: int):
+                return self.trace(batch) if count else self._plain[batch]
+
+            resized = None if resized_to is None else (step_at(resized_to), self.candidates(lb, resized_to)[:count])
+            self._replays[key] = step_at(batch_size).replay(self.candidates(lb, batch_size)[:count], explain=True,
+                                                            resized=resized)
         return self._replays[key]
 
     def eligible(self, lb: int, batch_size: int) -> list:

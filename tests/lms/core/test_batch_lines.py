@@ -5,8 +5,9 @@ import random
 
 import pytest
 
-from lms_magic.lms.core.batch_lines import live_lines, size_coincidences
-from lms_magic.lms.core.simulate import Node, replay
+from lms_magic.lms.core.batch_lines import live_lines, resized_lines, size_coincidences
+from lms_magic.lms.core.indexed import IndexedGraph
+from lms_magic.lms.core.simulate import Node, Swap, replay, replay_with_swaps
 
 
 def graph_at(seed: int, size: int = 60):
@@ -40,6 +41,31 @@ def test_the_peak_at_any_batch_is_the_replay_at_that_batch(seed):
     for batch in range(1, 200):
         if batch not in coincidences:
             assert lines.peak_bytes(batch) == replay(at(batch)).peak_bytes, batch
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_walk_with_the_sizes_of_another_batch_gives_that_batchs_replay_and_its_lines(seed):
+    """What the frontier's plan searches replay: one walk at the first batch, resized to the second, for the
+    lines of a set of swaps, where two replays did that before."""
+    at = graph_at(seed)
+    if size_coincidences(4, at(4), 9, at(9)) is None:
+        return
+    low, high = IndexedGraph(at(4)), IndexedGraph(at(9))
+
+    def swaps(batch: int) -> list[Swap]:  # the same tensors at each batch, their bytes there
+        nodes, picked = at(batch), random.Random(seed).sample(range(1, 59), k=3)
+        readers = [[node.name for node in nodes if (nodes[p].name, 0) in node.inputs] for p in picked]
+        return [Swap((nodes[p].name, 0), tuple(r), nodes[p - 1].name, nodes[p].outputs[0])
+                for p, r in zip(picked, readers) if r]
+
+    for moved in ([], swaps):
+        first = replay_with_swaps(low, moved(4) if moved else [], explain=True,
+                                  resized=(at(9), moved(9) if moved else []))
+        second = replay_with_swaps(high, moved(9) if moved else [], explain=True)
+        assert first.order == second.order and first.resized_live_bytes == second.live_bytes
+        assert resized_lines(4, first, 9) == live_lines(4, first, 9, second)
+    with pytest.raises(ValueError, match="resized"):
+        low.replay(explain=True, resized=at(9)[::-1])
 
 
 def test_where_sizes_meet_at_one_batch_the_in_place_choice_changes_there_and_that_batch_is_left_to_a_replay():

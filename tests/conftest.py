@@ -62,13 +62,18 @@ def pytest_ignore_collect(collection_path, config):
 def _split_tensorflow_cpu() -> None:
     """TensorFlow's CPU as two logical devices, one op at a time (as on a GPU's compute stream: what the
     liveness replay models). TensorFlow fixes its devices when its runtime starts, so this runs once,
-    after collection and before any test."""
+    after collection and before any test. Under pytest-xdist each worker takes its share of the cores for an
+    op's threads: every worker's TensorFlow taking them all made small ops wait on each other's threads (a
+    tuning test of fifteen short fits took 11 s alone and 65-128 s beside another worker)."""
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         tf.config.threading.set_inter_op_parallelism_threads(1)
+        if workers > 1:
+            tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // workers))
     except RuntimeError:  # already initialised: fine if already split
         if len(tf.config.list_logical_devices("CPU")) < 2:
             raise

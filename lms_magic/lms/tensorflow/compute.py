@@ -70,6 +70,11 @@ def step_flops(ops, batch_size: int | None) -> int:
     return sum(op_flops(op, batch_size) for op in ops)
 
 
+def flop_ops(ops) -> list:
+    """The convolutions and matrix products among ``ops``: the only ones :func:`step_flops` counts."""
+    return [op for op in ops if op.type in _CONVOLUTIONS or op.type in _PRODUCTS]
+
+
 @functools.cache
 def device_flops_per_s(device: str, size: int = 1024, repeats: int = 3) -> float:
     """TensorFlow's float32 matrix-product rate on ``device`` (FLOP/s), timed once per process: the median of

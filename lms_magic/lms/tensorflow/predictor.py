@@ -12,8 +12,8 @@ serve every batch size: each tensor dimension that differs between them grows
 linearly with the batch (``rewrite.Rescaled``), which predicts what a trace at
 that batch does, to the byte on the tested models. Where every tensor's bytes are
 then a line in the batch, a prediction at a batch read off the two traces needs
-no replay of its own: the replays at the two traced batch sizes give the live
-bytes at every step as lines (``core/batch_lines.py``).
+no replay of its own: one walk at the first traced batch size, with the second's
+sizes too, gives the live bytes at every step as lines (``core/batch_lines.py``).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class StepPredictor(PrefixPredictions):
         self._plain: dict[int, TracedStep] = {}  # the step as Keras traces it (the "without LMS" figures)
         self._orders: dict[int, tuple] = {}  # batch size -> find_candidates' order, where ordered
         self._candidates: dict[tuple[int, int], list] = {}
+        self._flop_ops: dict = {}  # traced graph -> its convolutions and matrix products (compute.flop_ops)
         self._found_off_traces: dict[int, list] = {}  # lb -> the candidates of a batch read off two traces
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
@@ -251,10 +252,13 @@ class StepPredictor(PrefixPredictions):
     def estimated_compute_s(self, batch_size: int, device: str | None = None) -> float:
         """The traced step's convolution and matrix-product FLOPs at ``device``'s matrix-product rate
         (``compute.py``): a lower bound on the step's compute time."""
-        from .compute import device_flops_per_s, step_flops
+        from .compute import device_flops_per_s, flop_ops, step_flops
 
         step = self.trace(batch_size)
-        return step_flops(step.ops, step.batch_size) / device_flops_per_s(device)
+        graph = step.ops[0].graph if step.ops else None  # the ops counted, once per trace (a batch read off shares)
+        if graph not in self._flop_ops:
+            self._flop_ops[graph] = flop_ops(step.ops)
+        return step_flops(self._flop_ops[graph], step.batch_size) / device_flops_per_s(device)
 
 
 __all__ = ["StepPredictor", "Prediction"]

@@ -119,16 +119,17 @@ class IndexedGraph:
     def replay(self, persistent_bytes: int = 0, explain: bool = False,
                substitute: dict[str, tuple[str, int]] | None = None, added: list[Node] = (),
                rewired: dict[str, dict[tuple[str, int], tuple[str, int]]] | None = None,
-               resized: list[Node] | None = None) -> Replay:
+               resized: list[tuple[int, ...]] | None = None) -> Replay:
         """The replay of the graph (as ``simulate.replay``), changed: each node named in ``substitute`` removed
         and its readers reading the tensor it maps to instead (any output of the removed node); the ``added``
         nodes after the graph's; each node named in ``rewired`` reading, for each tensor in its mapping, the
         tensor it maps to.
 
-        ``resized`` (with ``explain``): the graph's nodes and the added ones, in the same order, with other
-        output sizes (the same step at another batch size): ``Replay.resized_live_bytes`` then has the bytes
-        live after each step with those sizes, the order, buffers and frees kept (what two replays give where
-        no in-place choice changes with the sizes: ``core/batch_lines.py``).
+        ``resized`` (with ``explain``): the device bytes of each output of the graph's nodes and the added ones,
+        in their order, at other sizes (the same step at another batch size, as :meth:`device_bytes`):
+        ``Replay.resized_live_bytes`` then has the bytes live after each step with those sizes, the order,
+        buffers and frees kept (what two replays give where no in-place choice changes with the sizes:
+        ``core/batch_lines.py``).
         """
         self._walk_arrays()
         change = _Change(self, substitute or {}, list(added), rewired or {})
@@ -140,10 +141,15 @@ class IndexedGraph:
             result.live_bytes = live_bytes
             result.live_at_peak = [((change.nodes[writer[0]].name, writer[1]), n_bytes) for writer, n_bytes in buffers]
         if resized is not None:
-            if not explain or [node.name for node in resized] != [node.name for node in change.nodes]:
-                raise ValueError("resized: the replayed graph's nodes and the added ones, in order, with explain=True")
-            result.resized_live_bytes = _live_bytes(spans, _walk_fields(resized, 0)[1], len(order), persistent_bytes)
+            if not explain or len(resized) != len(change.nodes):
+                raise ValueError("resized: the bytes of every node's outputs, the added ones' too, with explain=True")
+            result.resized_live_bytes = _live_bytes(spans, resized, len(order), persistent_bytes)
         return result
+
+    def device_bytes(self) -> list[tuple[int, ...]]:
+        """The bytes each node's outputs hold on the device (0 for a node off it), in node order."""
+        self._walk_arrays()
+        return self._device_bytes
 
     def order(self) -> list[int]:
         """The positions of the nodes in execution order (``simulate.execution_order``'s rule).

@@ -174,11 +174,14 @@ def with_swaps(nodes: list[Node], swaps: list[Swap]) -> list[Node]:
 
 
 def replay_with_swaps(graph: IndexedGraph, swaps: list[Swap], persistent_bytes: int = 0,
-                      explain: bool = False, resized: tuple[list[Node], list[Swap]] | None = None) -> Replay:
+                      explain: bool = False, resized: tuple[IndexedGraph, list[Swap]] | None = None) -> Replay:
     """``replay(with_swaps(graph.nodes, swaps))``, on a graph numbered once: what a search over many sets of
-    swaps of one step replays. ``resized`` (with ``explain``): the same graph's nodes and the same swaps at other
-    sizes (the step at another batch size): the replay's ``resized_live_bytes`` are its live bytes there
-    (``IndexedGraph.replay``).
+    swaps of one step replays. ``resized`` (with ``explain``): the same graph at other sizes (the step at another
+    batch size: the same names, numbered alike) and the same swaps there: the replay's ``resized_live_bytes``
+    are its live bytes there (``IndexedGraph.replay``).
+
+    Raises:
+        ValueError: ``resized``'s graph or swaps are not this one's at other sizes.
 
     Example:
         >>> graph = IndexedGraph([Node("a", (100,), priority=0), Node("b", (1,), (("a", 0),), priority=1),
@@ -190,8 +193,12 @@ def replay_with_swaps(graph: IndexedGraph, swaps: list[Swap], persistent_bytes: 
     index, nodes = graph.index, graph.nodes
     extra, rewired = _swap_nodes(swaps, lambda name: nodes[index[name]].priority if name in index else 0.0)
     if resized is not None:
-        other_nodes, other_swaps = resized
-        resized = list(other_nodes) + _swap_nodes(other_swaps, lambda name: 0.0)[0]
+        other, other_swaps = resized
+        other_extra = _swap_nodes(other_swaps, lambda name: 0.0)[0]
+        if other.index != graph.index or [node.name for node in other_extra] != [node.name for node in extra]:
+            raise ValueError("resized: the same graph and swaps at other sizes (the same names, in the same order)")
+        resized = other.device_bytes() + [node.outputs if node.on_device else (0,) * len(node.outputs)
+                                          for node in other_extra]
     return graph.replay(persistent_bytes, explain, added=extra, rewired=rewired, resized=resized)
 
 

@@ -8,6 +8,7 @@ placement (collected during the first step: internals.collected_function_graphs)
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import tensorflow as tf
@@ -87,6 +88,20 @@ class TracedStep:
         self.optimizer_after = max((index for index, op in enumerate(self.ops) if is_backward(op.name)), default=None)
         self._join_priority: dict[str, float] | None = None
 
+    def at(self, batch_size, input_bytes=()) -> "TracedStep":
+        """The same ops sized at another ``batch_size`` (a :class:`~.rewrite.Rescaled`): the ops' names, order and
+        phases shared with this step, the sizes and the replay's nodes its own."""
+        step = copy.copy(self)
+        step.batch_size, step.input_bytes = batch_size, list(input_bytes)
+        step._nodes = step._indexed = step._join_priority = None
+        return step
+
+    def indexed(self) -> IndexedGraph:
+        """The replay's nodes numbered once for the searches' replays (core/indexed.py)."""
+        if self._indexed is None:
+            self._indexed = IndexedGraph(self.nodes())
+        return self._indexed
+
     def nodes(self) -> list[Node]:
         """The replay's nodes (built once: about 0.15 s for ResNet-50's 9,000 ops)."""
         if self._nodes is None:
@@ -118,11 +133,9 @@ class TracedStep:
         (and, with ``explain``, the buffers live there). ``resized``: (this step traced at another batch size,
         its candidates of the same tensors): the replay's ``resized_live_bytes`` are its live bytes there
         (core/indexed.py), without a replay of its own."""
-        if self._indexed is None:  # numbered once for the searches' replays (core/indexed.py)
-            self._indexed = IndexedGraph(self.nodes())
-        other = None if resized is None else (resized[0].nodes(), _planned(resized[1]))
+        other = None if resized is None else (resized[0].indexed(), _planned(resized[1]))
         with collector_paused():
-            return replay_with_swaps(self._indexed, _planned(swaps), explain=explain, resized=other)
+            return replay_with_swaps(self.indexed(), _planned(swaps), explain=explain, resized=other)
 
     def explain(self, swaps: list[TensorCandidate], persistent: list[LiveTensor], layer_of,
                 optimizer_scope: str | None, result=None) -> dict:

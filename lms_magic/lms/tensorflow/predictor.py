@@ -121,9 +121,8 @@ class StepPredictor(PrefixPredictions):
             source = self._rescale_source()
             if source is not None:
                 (first, step), (other, other_dims) = source
-                self._steps[batch_size] = self._plain[batch_size] = TracedStep(
-                    step.ops, Rescaled(first, batch_size, other, other_dims), self.host_device,
-                    _input_bytes(_specs(self.sample, batch_size)))
+                self._steps[batch_size] = self._plain[batch_size] = step.at(
+                    Rescaled(first, batch_size, other, other_dims), _input_bytes(_specs(self.sample, batch_size)))
         if batch_size not in self._steps:
             specs = _specs(self.sample, batch_size)
             started = time.perf_counter()

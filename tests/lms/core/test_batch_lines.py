@@ -60,12 +60,12 @@ def test_one_walk_with_the_sizes_of_another_batch_gives_that_batchs_replay_and_i
 
     for moved in ([], swaps):
         first = replay_with_swaps(low, moved(4) if moved else [], explain=True,
-                                  resized=(at(9), moved(9) if moved else []))
+                                  resized=(high, moved(9) if moved else []))
         second = replay_with_swaps(high, moved(9) if moved else [], explain=True)
         assert first.order == second.order and first.resized_live_bytes == second.live_bytes
         assert resized_lines(4, first, 9) == live_lines(4, first, 9, second)
     with pytest.raises(ValueError, match="resized"):
-        low.replay(explain=True, resized=at(9)[::-1])
+        replay_with_swaps(low, [], explain=True, resized=(IndexedGraph(at(9)[::-1]), []))
 
 
 def test_where_sizes_meet_at_one_batch_the_in_place_choice_changes_there_and_that_batch_is_left_to_a_replay():

@@ -6,6 +6,7 @@ from ``--step`` to ``--largest``. Printed: the wall time, the traces made, and t
 of plain speed.
 
     python benchmarks/explain_frontier.py --batch 64 --step 64 --largest 1024
+    python benchmarks/explain_frontier.py --batch 256 --largest 0   # no frontier: what an out-of-memory error says
 """
 
 import argparse
@@ -64,8 +65,9 @@ def main() -> None:
     if args.profile:
         profile.disable()
         pstats.Stats(profile).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("TOP", "30")))
+    frontier = f"frontier at {len(sizes)} batch sizes {sizes[0]}..{sizes[-1]}" if sizes else "no frontier"
     print(f"TensorFlow {tf.__version__}, {args.model} {args.size}x{args.size}, batch {args.batch}, capacity "
-          f"{args.capacity}, frontier at {len(sizes)} batch sizes {sizes[0]}..{sizes[-1]} x {len(found.modes)} ways")
+          f"{args.capacity}, {frontier} x {len(found.modes)} ways")
     print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}; the others read off two), "
           f"each {', '.join(f'{seconds:.1f}' for seconds in trace_s)} s")
     print(found)

@@ -4,9 +4,10 @@ The replay's order does not depend on sizes, and neither does what it frees when
 are a line in the batch size, the bytes live after each step of the order are lines too, and two replays of the
 same graph at two batch sizes give them at every batch size: the peak at any batch is the highest of those lines
 there, with no replay. One walk gives both (:func:`resized_lines`): the walk at one size keeps each buffer's
-span, and the other size's bytes are added up over those spans. One thing in the replay compares sizes: an in-place kernel takes over an input's buffer
-of its output's size. :func:`size_coincidences` finds the batch sizes where that choice could differ from the
-two replays' (``explain_fit``'s searches over batch sizes replay at the others).
+span, and the other size's bytes are added up over those spans. One thing in the replay compares sizes: an
+in-place kernel takes over an input's buffer of its output's size. :func:`size_coincidences` finds the batch sizes
+where that choice could differ from the two replays' (``explain_fit``'s searches over batch sizes replay at the
+others).
 """
 
 from __future__ import annotations

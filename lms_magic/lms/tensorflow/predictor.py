@@ -218,9 +218,9 @@ class StepPredictor(PrefixPredictions):
             def step_at(batch: int):
                 return self.trace(batch) if count else self._plain[batch]
 
-            resized = None if resized_to is None else (step_at(resized_to), self.candidates(lb, resized_to)[:count])
+            other = None if resized_to is None else (step_at(resized_to), self.candidates(lb, resized_to)[:count])
             self._replays[key] = step_at(batch_size).replay(self.candidates(lb, batch_size)[:count], explain=True,
-                                                            resized=resized)
+                                                            resized=other)
         return self._replays[key]
 
     def eligible(self, lb: int, batch_size: int) -> list:

@@ -27,17 +27,16 @@ def sink_recomputed(nodes: list, recomputed: set) -> list:
         >>> [node.name for node in sink_recomputed(nodes, {"again"})]
         ['x', 'y', 'dy', 'again', 'dx']
     """
-    again = recomputed
+    if not recomputed:
+        return nodes
     readers: dict[str, list[str]] = {}
     for node in nodes:
         for source in {source for source, _ in node.inputs}:
             readers.setdefault(source, []).append(node.name)
-    if not again:
-        return nodes
     # the order key: (the priority of the first reader that is not recomputed, how many steps before it)
     key = {node.name: (node.priority, 0) for node in nodes}
     for node in reversed(nodes):
-        if node.name in again and readers.get(node.name):
+        if node.name in recomputed and readers.get(node.name):
             first = min(key[reader] for reader in readers[node.name])
             key[node.name] = (first[0], first[1] - 1)
     index = {node.name: position for position, node in enumerate(nodes)}

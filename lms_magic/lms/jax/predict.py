@@ -16,7 +16,6 @@ named so in ``stats.prediction_source``. The optimizer's update after the gradie
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass, field
 
@@ -79,6 +78,16 @@ class _Flat:
     about: dict = field(default_factory=dict)  # node name -> (primitive, layer, shape of output 0), for explain
 
 
+def name_stack_parts(name_stack) -> list[str]:
+    """The parts of a JAX name stack, its transformations' wrappers (``jvp(...)``, ``transpose(...)``) taken off.
+
+    Example:
+        >>> name_stack_parts("transpose(jvp(conv2d))/convolution")
+        ['conv2d', 'convolution']
+    """
+    return [part for part in re.sub(r"[\w<>]+\(|\)", "", str(name_stack)).split("/") if part]
+
+
 def layer_in(name_stack: str, outer: str = "") -> str:
     """The scopes an equation was made in, from its name stack (Keras names a scope after each layer, nested
     layers inside their parents'), without transformations and wrappers; ``outer`` (the enclosing equation's) if
@@ -90,8 +99,7 @@ def layer_in(name_stack: str, outer: str = "") -> str:
         >>> layer_in("jvp(gpt2_backbone)/transformer_layer_0/self_attention/attention_softmax")
         'gpt2_backbone/transformer_layer_0/self_attention/attention_softmax'
     """
-    parts = [part for part in re.sub(r"[\w<>]+\(|\)", "", str(name_stack)).split("/") if part]
-    parts = [part for part in parts if part not in _WRAPPERS]
+    parts = [part for part in name_stack_parts(name_stack) if part not in _WRAPPERS]
     return "/".join(parts) if parts else outer
 
 

@@ -5,9 +5,7 @@ policy that saves, offloads or recomputes them, and ``trace_step`` traces the st
 
 from __future__ import annotations
 
-import re
-
-from .predict import JaxStep, tree_arrays
+from .predict import JaxStep, name_stack_parts, tree_arrays
 
 
 def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) -> JaxStep:
@@ -82,8 +80,7 @@ def differentiated(inner, args):
     shapes of args)``: the function :func:`trace_step` traces, and its arguments (:func:`shape_specs`)."""
     import jax
 
-    saveable = jax.checkpoint(inner, policy=residual_policy())
-    return jax.value_and_grad(lambda trainable, *rest: saveable(trainable, *rest), has_aux=True), shape_specs(args)
+    return jax.value_and_grad(jax.checkpoint(inner, policy=residual_policy()), has_aux=True), shape_specs(args)
 
 
 def named_residuals(inner):
@@ -116,7 +113,7 @@ def named_residuals(inner):
 
 def residual_name(eqn, index: int) -> str:
     """The name :func:`named_residuals` gives the outputs of the ``index``-th equation ``eqn``."""
-    path = "/".join(part for part in re.sub(r"[\w<>]+\(|\)", "", str(eqn.source_info.name_stack)).split("/") if part)
+    path = "/".join(name_stack_parts(eqn.source_info.name_stack))
     return f"{path}/{eqn.primitive.name}:{index}" if path else f"{eqn.primitive.name}:{index}"
 
 

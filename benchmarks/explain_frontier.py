@@ -35,19 +35,23 @@ def main() -> None:
     import lms_magic
     from lms_magic.lms.tensorflow.predictor import StepPredictor
 
-    traces, trace_s = [], []  # the batch sizes traced, and each trace's seconds (Keras's train step traced)
-    trace = StepPredictor.trace
+    from lms_magic.lms.tensorflow import predictor as predictor_module
+
+    traces, trace_s, imports = [], [], []  # the batch sizes traced and each trace's seconds; the shapes imported
+    trace, dims_at = StepPredictor._trace, predictor_module.dims_at
 
     def counted(self, batch_size):
-        made = getattr(self, "_traced", None)  # the batch sizes traced (where the predictor reads others off two)
-        before = len(self._steps if made is None else made)
-        step = trace(self, batch_size)
-        if len(self._steps if made is None else made) > before:
-            traces.append(batch_size)
-            trace_s.append(self.trace_s)
-        return step
+        trace(self, batch_size)
+        traces.append(batch_size)
+        trace_s.append(self.trace_s)
 
-    StepPredictor.trace = counted
+    def imported(graph, traced, batch_size):
+        started = time.perf_counter()
+        dims = dims_at(graph, traced, batch_size)
+        imports.append((batch_size, time.perf_counter() - started, dims is not None))
+        return dims
+
+    StepPredictor._trace, predictor_module.dims_at = counted, imported
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, args.model)(weights=None, input_shape=(args.size, args.size, 3))
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
@@ -68,8 +72,10 @@ def main() -> None:
     frontier = f"frontier at {len(sizes)} batch sizes {sizes[0]}..{sizes[-1]}" if sizes else "no frontier"
     print(f"TensorFlow {tf.__version__}, {args.model} {args.size}x{args.size}, batch {args.batch}, capacity "
           f"{args.capacity}, {frontier} x {len(found.modes)} ways")
-    print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}; the others read off two), "
-          f"each {', '.join(f'{seconds:.1f}' for seconds in trace_s)} s")
+    print(f"explain_fit: {wall_s:.1f} s, {len(traces)} traces (at batch sizes {traces}), each "
+          f"{', '.join(f'{seconds:.1f}' for seconds in trace_s)} s; shapes imported at "
+          f"{', '.join(f'{batch} in {seconds:.1f} s' + ('' if ok else ' (refused)') for batch, seconds, ok in imports)}; "
+          f"the others read off two")
     print(found)
 
 

@@ -7,13 +7,16 @@ several-fold), with its replay nodes built once; each (``lb``, batch size) gets
 its candidates once, and every prediction after that is one liveness replay
 (about 50 ms for ResNet-50's 9,000 ops), memoised. This is what the tuning
 sliders call, and what ``predict_step`` and the budget search use. With
-``rescale_batches`` (``explain_fit``'s searches over batch sizes), two traces
-serve every batch size: each tensor dimension that differs between them grows
-linearly with the batch (``rewrite.Rescaled``), which predicts what a trace at
-that batch does, to the byte on the tested models. Where every tensor's bytes are
-then a line in the batch, a prediction at a batch read off the two traces needs
-no replay of its own: one walk at the first traced batch size, with the second's
-sizes too, gives the live bytes at every step as lines (``core/batch_lines.py``).
+``rescale_batches`` (``explain_fit``'s searches over batch sizes, the tuner's
+batch slider), one trace serves every batch size: it is made at a prime batch size
+that divides none of the model's dimensions, the batch asked for is sized from it by
+TensorFlow's shape inference (``batch_import``; where that is refused, traced), and
+each tensor dimension that differs between those two grows linearly with the batch
+(``rewrite.Rescaled``), which predicts what a trace at another batch does, to the
+byte on the tested models. Where every tensor's bytes are then a line in the batch,
+a prediction at a batch read off the two needs no replay of its own: one walk at
+the first batch size, with the second's sizes too, gives the live bytes at every
+step as lines (``core/batch_lines.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
 from ..persistent import persistent_tensors
+from .batch_import import dims_at, fixed_dims, prime_batch, suits
 from .predict import TracedStep
 from .recompute import plan_recomputes
 from .rewrite import Rescaled, find_candidates, layer_resolver, resized
@@ -90,7 +94,9 @@ class StepPredictor(PrefixPredictions):
         self.selection = selection or Selection()
         self.host_device = host_device
         self.model, self.sample = model, sample
-        self.trace_s: float | None = None  # the last trace's time
+        self.trace_s: float | None = None  # the last trace's seconds
+        self.import_s: float | None = None  # the last import's seconds (batch_import.dims_at)
+        self._fixed: set[int] | None = None  # the model's dimensions that are not the batch (_fixed_dims)
         self._layer_of = layer_resolver(model)
         self._persistent = persistent_tensors(model)
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
@@ -113,36 +119,70 @@ class StepPredictor(PrefixPredictions):
     rescale_batches = False  # with True, batch sizes past the first two traced are read off those two (see trace)
 
     def trace(self, batch_size: int) -> TracedStep:
-        """The train step traced at ``batch_size`` (once per batch size). With ``rescale_batches`` (and no
-        ``order_backward``), a batch size past the first two traced is read off those two traces (``Rescaled``:
-        each dimension that differs between them grows linearly with the batch) where their ops correspond by
-        name; else traced."""
+        """The train step at ``batch_size`` (once per batch size): traced, or with ``rescale_batches`` (and no
+        ``order_backward``) read off two steps: the first traced at a prime near the batch asked for, the second
+        sized by TensorFlow's shape inference where that holds (``batch_import``; else traced), every other batch
+        size read off those two (``Rescaled``: each dimension that differs between them grows linearly with the
+        batch) where their ops correspond by name."""
         if batch_size not in self._steps and self.rescale_batches and not self.order_backward:
-            source = self._rescale_source()
-            if source is not None:
-                (first, step), (other, other_dims) = source
-                self._steps[batch_size] = self._plain[batch_size] = step.at(
-                    Rescaled(first, batch_size, other, other_dims), _input_bytes(_specs(self.sample, batch_size)))
+            self._read_off_traces(batch_size)
         if batch_size not in self._steps:
-            specs = _specs(self.sample, batch_size)
-            started = time.perf_counter()
-            internals.build_before_trace(self.model, specs)  # else the first trace is made twice (see internals)
-            with LeanOps(self.model).applied() if self.lean_ops else contextlib.nullcontext():
-                graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
-            self.trace_s = time.perf_counter() - started
-            plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,
-                                                                                   self.host_device, _input_bytes(specs))
-            self._traced.append(batch_size)
-            if self.order_backward:
-                plain.nodes()  # read before the order changes the ops' control inputs
-                unordered, _ = find_candidates(plain.ops, self._layer_of, 1, batch_size)
-                attempt = ordering.ordered_step(graph, 0, plain, self._layer_of, 1, self.host_device)
-                if attempt is not None and ordering.lowers_the_peak(self.selection, (plain, unordered), attempt):
-                    self._steps[batch_size] = attempt.step
-                    self._orders[batch_size] = (ordering.rank_of(attempt.step), attempt.ordered)
-                elif attempt is not None:
-                    attempt.remove()
+            self._trace(batch_size)
         return self._steps[batch_size]
+
+    def _read_off_traces(self, batch_size: int) -> None:
+        """Makes the step at ``batch_size`` without tracing it where it can: the first one traced at a prime from
+        ``batch_size`` up that divides none of the model's dimensions, the second imported from it, the others
+        read off those two."""
+        if not self._traced:
+            self._trace(prime_batch(batch_size, self._fixed_dims()))
+            if batch_size in self._steps:
+                return
+        if len(self._traced) == 1:
+            first = self._plain[self._traced[0]]
+            if suits(first.batch_size, self._fixed_dims()):
+                started = time.perf_counter()
+                dims = dims_at(first.ops[0].graph, first.batch_size, batch_size)
+                self.import_s = time.perf_counter() - started
+                if dims is not None:  # the first trace's ops, sized at this batch by shape inference
+                    self._steps[batch_size] = self._plain[batch_size] = first.at(
+                        Rescaled(first.batch_size, batch_size, batch_size, dims),
+                        _input_bytes(_specs(self.sample, batch_size)))
+                    self._traced.append(batch_size)
+            return
+        source = self._rescale_source()
+        if source is not None:
+            (first, step), (other, other_dims) = source
+            self._steps[batch_size] = self._plain[batch_size] = step.at(
+                Rescaled(first, batch_size, other, other_dims), _input_bytes(_specs(self.sample, batch_size)))
+
+    def _fixed_dims(self) -> set[int]:
+        """The model's dimensions that are not the batch (``batch_import.fixed_dims``), its optimizer's too."""
+        if self._fixed is None:
+            inputs = [tf.convert_to_tensor(value).shape.as_list()[1:] for value in tf.nest.flatten(tuple(self.sample))]
+            self._fixed = fixed_dims(self.model, inputs + [tensor.shape for tensor in self._persistent])
+        return self._fixed
+
+    def _trace(self, batch_size: int) -> None:
+        """Traces the train step at ``batch_size`` (with ``order_backward``, ordered where that lowers the peak)."""
+        specs = _specs(self.sample, batch_size)
+        started = time.perf_counter()
+        internals.build_before_trace(self.model, specs)  # else the first trace is made twice (see internals)
+        with LeanOps(self.model).applied() if self.lean_ops else contextlib.nullcontext():
+            graph = tf.function(self.model.train_step, autograph=False).get_concrete_function(specs).graph
+        self.trace_s = time.perf_counter() - started
+        plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,
+                                                                               self.host_device, _input_bytes(specs))
+        self._traced.append(batch_size)
+        if self.order_backward:
+            plain.nodes()  # read before the order changes the ops' control inputs
+            unordered, _ = find_candidates(plain.ops, self._layer_of, 1, batch_size)
+            attempt = ordering.ordered_step(graph, 0, plain, self._layer_of, 1, self.host_device)
+            if attempt is not None and ordering.lowers_the_peak(self.selection, (plain, unordered), attempt):
+                self._steps[batch_size] = attempt.step
+                self._orders[batch_size] = (ordering.rank_of(attempt.step), attempt.ordered)
+            elif attempt is not None:
+                attempt.remove()
 
     def share_traces(self, other: "StepPredictor") -> None:
         """Reads its steps off ``other``'s traces (made and to be made): a predictor of the same model, step
@@ -156,15 +196,18 @@ class StepPredictor(PrefixPredictions):
             return None
         if self._source is None:
             (first, second) = (self._plain[batch] for batch in self._traced[:2])
-            same = [op.name for op in first.ops] == [op.name for op in second.ops]
-            self._source = ((first.batch_size, first), (second.batch_size, {
-                tensor.name: tensor.shape.as_list() for op in second.ops for tensor in op.outputs
-                if tensor.shape.rank is not None})) if same else False
+            if isinstance(second.batch_size, Rescaled):  # imported: the first trace's ops, their shapes inferred
+                same, dims = True, second.batch_size.other_dims
+            else:
+                same = [op.name for op in first.ops] == [op.name for op in second.ops]
+                dims = {tensor.name: tensor.shape.as_list() for op in second.ops for tensor in op.outputs
+                        if tensor.shape.rank is not None}
+            self._source = ((first.batch_size, first), (self._traced[1], dims)) if same else False
             rescaled = Rescaled(first.batch_size, first.batch_size, *self._source[1]) if same else None
             if same and all(rescaled.linear(tensor.name, tensor.shape.as_list()) for op in first.ops
                             for tensor in op.outputs if tensor.shape.rank is not None):
                 # None where an in-place choice differed between the two traces: then no lines
-                self._coincidences = size_coincidences(first.batch_size, first.nodes(), second.batch_size,
+                self._coincidences = size_coincidences(first.batch_size, first.nodes(), self._traced[1],
                                                        second.nodes())
         return self._source or None
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from lms_magic.lms.core.plan import Selection
+from lms_magic.lms.tensorflow.batch_import import is_prime
 from lms_magic.lms.tensorflow.predictor import StepPredictor
+from lms_magic.lms.tensorflow.rewrite import Rescaled
 from tests import models
 from tests.conftest import DEVICES
 
@@ -53,3 +55,17 @@ def test_a_batch_read_off_two_traces_predicts_as_its_own_trace(devices, build):
     # and batch sizes 24 and 3 were predicted with no replay of their own: the replays at 7 and 10, as lines
     assert rescaled._coincidences is not None and rescaled._lines
     assert all(lines is not None for lines in rescaled._lines.values())
+
+
+@pytest.mark.parametrize("build", [reduced("resnet"), attention], ids=["resnet", "attention"])
+def test_the_batch_asked_for_is_sized_off_one_trace_at_a_prime(devices, build):
+    """Read off from the first batch asked for (as explain_fit asks): one trace, at a prime from 8 up that divides
+    none of the model's dimensions, and the batch asked for sized by TensorFlow's shape inference from it."""
+    exact, rescaled = predictors(build)
+    rescaled.rescale_batches = True
+    for batch in (8, 24, 3):
+        assert_same_predictions(exact, rescaled, batch)
+    traced, imported = rescaled._traced
+    assert traced > 8 and is_prime(traced) and imported == 8
+    assert isinstance(rescaled.trace(8).batch_size, Rescaled) and not isinstance(rescaled.trace(traced).batch_size,
+                                                                                 Rescaled)

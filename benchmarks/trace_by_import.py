@@ -6,7 +6,9 @@ bakes into the gradient's ops) and the inputs' batch dimension are scaled to ``-
 becomes a placeholder of its shape (an imported resource loses its shape). Printed: the seconds of the trace, the
 rewrite and the import, and how many tensors' shapes differ from a real trace at ``--second``. At a batch size
 with common multiples (64: the channel counts) the constants cannot be told apart, so this holds for a prime first
-batch only; ``explain_fit`` does not use it (see docs/measurements_explain.md).
+batch only. The first measurement of it: ``explain_fit`` uses ``lms_magic/lms/tensorflow/batch_import.py``'s
+version (each variable a handle of its shape, constants of one value resized, the shapes checked;
+``benchmarks/explain_import_check.py``).
 
     python benchmarks/trace_by_import.py --first 61 --second 67
 """

@@ -1,7 +1,7 @@
 """Why a fit does not fit, and what will, without training: ``explain_fit``.
 
-The traced step (``predictors.StepPredictors``, as ``%lms_tune``'s: on TensorFlow two traces per way of training,
-every other batch size read off them, ``StepPredictor.rescale_batches``; on JAX a jaxpr per batch size; on PyTorch
+The traced step (``predictors.StepPredictors``, as ``%lms_tune``'s: on TensorFlow one trace per way of training and
+the batch asked for sized from it, every other batch size read off those, ``StepPredictor.rescale_batches``; on JAX a jaxpr per batch size; on PyTorch
 the step run at two small batch sizes, ``torch/predictor.py``) gives the step's predicted device peak explained: what fills it by kind (weights, optimizer state, gradients, activations)
 and the Keras layers whose tensors hold the most at the peak. Against the device's capacity
 (given, the GPU's, or ``simulate_accelerator``'s), it finds the largest batch each way of training
@@ -210,7 +210,7 @@ class _Ways:
 
     def set_options(self, lean_ops: bool = False, recompute=False) -> None:
         """The way of training looked at; its first prediction is at the batch asked for (``explain_fit``), so that
-        batch is one of the two TensorFlow traces (``StepPredictors.get``)."""
+        batch is one of the two steps TensorFlow reads the others off (``StepPredictors.get``)."""
         self.predictor = self.predictors.get(lean_ops, False, recompute)
 
     def step_cost(self, batch_size: int):
@@ -225,7 +225,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
                 speed_target: float = 0.9, budget=None, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will: no training.
 
-    Traces the train step (on TensorFlow twice per way of training, every other batch size read off those two; on
+    Traces the train step (on TensorFlow once per way of training, the batch asked for sized from that trace by
+    TensorFlow's shape inference, every other batch size read off those two; on
     JAX at each batch size the search needs; on PyTorch runs it, without updating anything, at two small batch
     sizes and reads the others off) and predicts its device peak; explains the peak without LMS by kind
     and by Keras layer; and, against the device's capacity, finds the largest batch without LMS, with LMS's default plan, with

@@ -37,9 +37,9 @@ class StepPredictors:
         self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
 
     def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False):
-        """The predictor for these options (made once). On TensorFlow, past the first two batch sizes it traces,
-        it reads every other batch size off those two (``StepPredictor.rescale_batches``): the batch asked for
-        first is traced, a new one on the batch slider is instant from the third."""
+        """The predictor for these options (made once). On TensorFlow it reads every batch size off two steps
+        (``StepPredictor.rescale_batches``): a trace at a prime near the batch asked for first, and that batch sized
+        from it; a new one on the batch slider is then instant."""
         key = (lean_ops, order_backward, recompute)
         if key not in self._made:
             made = self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)

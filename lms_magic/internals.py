@@ -401,6 +401,19 @@ def pass_through_op(graph, op_type: str, tensor, name: str, shape=None):
     return graph._create_op_internal(op_type, [tensor], [tensor.dtype], name=name, attrs=attrs).outputs[0]
 
 
+def variable_of_handle(tensor):
+    """The (dtype, shape) of the variable a resource ``tensor`` of a traced graph holds (a captured variable's
+    placeholder), or None where the graph did not record it."""
+    import tensorflow as tf
+    from tensorflow.python.ops import handle_data_util
+
+    data = handle_data_util.get_resource_handle_data(tensor)
+    if not data.shape_and_type:
+        return None
+    shape_and_type = data.shape_and_type[0]
+    return tf.dtypes.as_dtype(shape_and_type.dtype), tf.TensorShape(shape_and_type.shape)
+
+
 def set_op_device(op, device: str) -> None:
     """Places ``op`` on ``device``."""
     op._set_device(device)

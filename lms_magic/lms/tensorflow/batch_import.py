@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-_INT_TYPES = ("DT_INT32", "DT_INT64")
-
 
 def is_prime(number: int) -> bool:
     """Whether ``number`` is a prime.
@@ -61,9 +59,11 @@ def fixed_dims(model, shapes: Iterable = ()) -> set[int]:
     """
     import keras
 
+    from ... import internals
+
     dims = {int(dim) for variable in model.variables for dim in variable.shape}
     dims.update(int(dim) for shape in shapes for dim in shape if dim)
-    for layer in model._flatten_layers(include_self=False):
+    for layer in internals.layers_of(model):
         try:
             outputs = keras.tree.flatten(layer.output)
         except (AttributeError, ValueError, RuntimeError):  # not called, or called more than once
@@ -87,7 +87,6 @@ def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
     be had that way (the import fails, a shape is unknown, or a dimension does not grow with the batch as a
     multiple of it)."""
     import tensorflow as tf
-    from tensorflow.python.framework import errors
 
     before = {tensor.name: tensor.shape.as_list() for op in graph.get_operations() for tensor in op.outputs
               if tensor.dtype not in (tf.resource, tf.variant) and tensor.shape.rank is not None}
@@ -98,7 +97,7 @@ def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
         with imported.as_default():
             handles = _variable_handles(graph)
             tf.graph_util.import_graph_def(graph_def, input_map=handles, name="imported")
-    except (ValueError, TypeError, errors.OpError):
+    except (ValueError, TypeError, tf.errors.OpError):
         return None  # a constant scaled that was not the batch: shapes that cannot meet
     after = {tensor.name[len("imported/"):]: tensor.shape for op in imported.get_operations()
              if op.name.startswith("imported/") for tensor in op.outputs}
@@ -125,7 +124,7 @@ def _scale_batch(graph_def, traced: int, batch: int) -> None:
     (zeros of a gradient's shape), and each integer constant's elements, that are multiples of ``traced``, to the
     same multiple of ``batch``."""
     import numpy as np
-    from tensorflow.python.framework import tensor_util
+    import tensorflow as tf
 
     def scaled(size: int) -> int:
         return size // traced * batch if size > 0 and size % traced == 0 else size
@@ -140,36 +139,28 @@ def _scale_batch(graph_def, traced: int, batch: int) -> None:
                                                     if field.name.endswith("_val")):
                 for dim in proto.tensor_shape.dim:  # one value, repeated: its shape is free to change
                     dim.size = scaled(dim.size)
-            if _type_name(node.attr["dtype"].type) in _INT_TYPES:
-                value = tensor_util.MakeNdarray(proto)
+            if tf.dtypes.as_dtype(node.attr["dtype"].type) in (tf.int32, tf.int64):
+                value = tf.make_ndarray(proto)
                 hit = (value % traced == 0) & (value != 0)
                 if hit.any():
                     value = np.where(hit, value // traced * batch, value).astype(value.dtype)
-                    proto.CopyFrom(tensor_util.make_tensor_proto(value))
-
-
-def _type_name(enum: int) -> str:
-    from tensorflow.core.framework import types_pb2
-
-    return types_pb2.DataType.Name(enum)
+                    proto.CopyFrom(tf.make_tensor_proto(value))
 
 
 def _variable_handles(graph) -> dict:
     """For each resource placeholder of ``graph`` (a captured variable), a handle of the same variable's shape and
     dtype in the default graph, by the placeholder's tensor name: what the import reads the variable through."""
     import tensorflow as tf
-    from tensorflow.python.ops import handle_data_util
+
+    from ... import internals
 
     handles = {}
     with tf.name_scope("variables"):
         for op in graph.get_operations():
             if op.type != "Placeholder" or op.outputs[0].dtype != tf.resource:
                 continue
-            data = handle_data_util.get_resource_handle_data(op.outputs[0])
-            if not data.shape_and_type:
-                continue
-            shape_and_type = data.shape_and_type[0]
-            handles[op.outputs[0].name] = tf.raw_ops.VarHandleOp(
-                dtype=tf.dtypes.as_dtype(shape_and_type.dtype), shape=tf.TensorShape(shape_and_type.shape),
-                shared_name=op.name)
+            variable = internals.variable_of_handle(op.outputs[0])
+            if variable is not None:
+                handles[op.outputs[0].name] = tf.raw_ops.VarHandleOp(dtype=variable[0], shape=variable[1],
+                                                                     shared_name=op.name)
     return handles

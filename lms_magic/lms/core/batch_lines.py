@@ -37,15 +37,18 @@ class LiveLines:
         return max(0, max((live + slope * grown for slope, live in self.highest), default=0))
 
 
-def _highest(lines: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Of ``lines`` (slope, value at 0), those highest at some point: the upper envelope, by rising slope. A line
-    between two others is dropped where those two meet at or above it (whole-number arithmetic: exact)."""
-    best: dict[int, int] = {}
-    for slope, value in lines:
-        if value > best.get(slope, value - 1):
-            best[slope] = value
+def _highest(slopes, values) -> tuple[tuple[int, int], ...]:
+    """Of the lines ``values + slopes * x`` (numpy arrays of int64), those highest at some point: the upper
+    envelope, by rising slope. A line between two others is dropped where those two meet at or above it
+    (whole-number arithmetic, in Python's ints: exact)."""
+    import numpy as np
+
+    order = np.lexsort((values, slopes))  # by slope, the highest value of each slope last
+    slopes, values = slopes[order], values[order]
+    last = np.ones(len(slopes), dtype=bool)
+    last[:-1] = slopes[1:] != slopes[:-1]
     kept: list[tuple[int, int]] = []
-    for slope, value in sorted(best.items()):
+    for slope, value in zip(slopes[last].tolist(), values[last].tolist()):
         while len(kept) >= 2:
             (s1, v1), (s2, v2) = kept[-2], kept[-1]
             # the middle line never highest: the outer two meet at or left of where the first and middle meet
@@ -61,18 +64,18 @@ def live_lines(first_batch: int, first: Replay, second_batch: int, second: Repla
     """The lines through two explained replays (``explain=True``) of one graph at two batch sizes; None where the
     two walked different orders, or a step's bytes do not grow by a whole number of bytes per sample (not a
     line through whole tensors)."""
+    import numpy as np
+
     if first.order != second.order or first.live_bytes is None or second.live_bytes is None:
         return None
     apart = second_batch - first_batch
     if apart == 0:
         return None
-    lines = []
-    for low, high in zip(first.live_bytes, second.live_bytes):
-        slope, rest = divmod(high - low, apart)
-        if rest:
-            return None
-        lines.append((slope, low))
-    return LiveLines(first_batch, _highest(lines))
+    low = np.asarray(first.live_bytes, dtype=np.int64)
+    slopes, rest = np.divmod(np.asarray(second.live_bytes, dtype=np.int64) - low, apart)
+    if rest.any():
+        return None
+    return LiveLines(first_batch, _highest(slopes, low))
 
 
 def resized_lines(first_batch: int, replay: Replay, second_batch: int) -> LiveLines | None:

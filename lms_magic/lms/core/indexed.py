@@ -335,16 +335,17 @@ def _walk(change: _Change, order, persistent_bytes, explain):
 def _live_bytes(spans, device_bytes, steps: int, persistent_bytes: int) -> list[int]:
     """The bytes live after each of ``steps`` steps, each buffer of ``spans`` (step allocated, step freed, first
     writer) holding its first writer's ``device_bytes`` from its allocation to its freeing, both included."""
-    change = [0] * (steps + 1)
-    for allocated, freed, (position, index) in spans:
-        n_bytes = device_bytes[position][index]
-        change[allocated] += n_bytes
-        change[min(freed, steps - 1) + 1] -= n_bytes
-    live, total = [], persistent_bytes
-    for delta in change[:steps]:
-        total += delta
-        live.append(total)
-    return live
+    import numpy as np
+
+    count = len(spans)
+    allocated = np.fromiter((span[0] for span in spans), dtype=np.int64, count=count)
+    freed = np.minimum(np.fromiter((span[1] for span in spans), dtype=np.int64, count=count), steps - 1) + 1
+    n_bytes = np.fromiter((device_bytes[position][index] for _, _, (position, index) in spans), dtype=np.int64,
+                          count=count)
+    change = np.zeros(steps + 1, dtype=np.int64)
+    np.add.at(change, allocated, n_bytes)
+    np.subtract.at(change, freed, n_bytes)
+    return (np.cumsum(change[:steps]) + persistent_bytes).tolist()
 
 
 def _shared(node: Node, index: int, n_bytes: int, inputs, buffer_of, buffer_bytes, buffer_readers) -> int | None:

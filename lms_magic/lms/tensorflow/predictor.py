@@ -116,7 +116,7 @@ class StepPredictor(PrefixPredictions):
         self._lines: dict[tuple[int, int], object] = {}  # (lb, count) -> LiveLines (or None: not lines)
         self._shared: dict[tuple[int, int], int] = {}  # (lb, batch) -> its first candidates that the traces' are
 
-    rescale_batches = False  # with True, batch sizes past the first two traced are read off those two (see trace)
+    rescale_batches = False  # with True, every batch size is read off one trace and the batch asked first (see trace)
 
     def trace(self, batch_size: int) -> TracedStep:
         """The train step at ``batch_size`` (once per batch size): traced, or with ``rescale_batches`` (and no

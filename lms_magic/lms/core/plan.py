@@ -180,11 +180,14 @@ class _PrefixPeaks:
             self.peaks[count] = self._predicted_peak(self.eligible[:count])
         return self.peaks[count]
 
-    def scan(self, low: int, high: int, intervals: int) -> None:
-        """Evaluates about ``intervals`` + 1 evenly spaced lengths from ``low`` to ``high``."""
+    def scan(self, low: int, high: int, intervals: int, until: int | None = None) -> None:
+        """Evaluates about ``intervals`` + 1 evenly spaced lengths from ``low`` to ``high``, shortest first; with
+        ``until``, none past the first whose peak is <= it (a search for the shortest that fits needs no longer)."""
         step = max(1, math.ceil((high - low) / intervals))
         for count in list(range(low, high, step)) + [high]:
-            self(count)
+            peak = self(count)
+            if until is not None and peak <= until:
+                return
 
     def lowest(self) -> int:
         """The length with the lowest peak found, the shortest among equals."""
@@ -201,9 +204,10 @@ class _PrefixPeaks:
                 return  # every length between the lowest's neighbours has been tried
             self.scan(low, high, intervals)
 
-    def shortest_within(self, limit_bytes: int, intervals: int = 8) -> int | None:
+    def shortest_within(self, limit_bytes: int, intervals: int = 8, lazy: bool = False) -> int | None:
         """The shortest length found whose peak is <= ``limit_bytes``, refined between it and the tried
-        length before it (which did not fit) until they are neighbours."""
+        length before it (which did not fit) until they are neighbours. ``lazy``: each refining scan stops at
+        its first length that fits (the lengths past it cannot be the shortest: the same answer, fewer peaks)."""
         while True:
             fitting = [count for count in sorted(self.peaks) if self.peaks[count] <= limit_bytes]
             if not fitting:
@@ -212,7 +216,7 @@ class _PrefixPeaks:
             below = [count for count in self.peaks if count < shortest]
             if not below or shortest - max(below) <= 1:
                 return shortest
-            self.scan(max(below) + 1, shortest - 1, intervals)
+            self.scan(max(below) + 1, shortest - 1, intervals, until=limit_bytes if lazy else None)
 
 
 def lowest_peak_plan(eligible: list[Candidate], predicted_peak: Callable[[list[Candidate]], int],
@@ -249,7 +253,7 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
     """The shortest prefix of ``eligible`` (fewest bytes moved) whose predicted peak fits ``budget_bytes``.
 
     The peak is not assumed to fall as more tensors are swapped: lengths are
-    scanned on a grid, the lowest peak is searched for when none fits, and
+    scanned on a grid up to the first that fits, the lowest peak is searched for when none does, and
     the shortest fitting length is refined against the tried length before it.
     The chosen plan's peak is a prediction the replay made, not an interpolation.
 
@@ -264,10 +268,10 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
     peaks = _PrefixPeaks(eligible, predicted_peak)
     if peaks(0) <= budget_bytes:
         return PlanSearch([], peaks(0), peaks(0), peaks(0), peaks.peaks)
-    peaks.scan(0, len(eligible), grid)
+    peaks.scan(0, len(eligible), grid, until=budget_bytes)  # the grid up to its first length that fits
     if all(peak > budget_bytes for peak in peaks.peaks.values()):
         peaks.zoom_on_lowest()
-    count = peaks.shortest_within(budget_bytes)
+    count = peaks.shortest_within(budget_bytes, lazy=True)
     if count is None:
         best = peaks.lowest()
         raise BudgetError(

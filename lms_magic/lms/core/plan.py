@@ -182,7 +182,7 @@ class _PrefixPeaks:
 
     def scan(self, low: int, high: int, intervals: int, until: int | None = None) -> None:
         """Evaluates about ``intervals`` + 1 evenly spaced lengths from ``low`` to ``high``, shortest first; with
-        ``until``, none past the first whose peak is <= it (a search for the shortest that fits needs no longer)."""
+        ``until``, none past the first whose peak is <= it (the lengths past it cannot be the shortest that fits)."""
         step = max(1, math.ceil((high - low) / intervals))
         for count in list(range(low, high, step)) + [high]:
             peak = self(count)
@@ -204,10 +204,9 @@ class _PrefixPeaks:
                 return  # every length between the lowest's neighbours has been tried
             self.scan(low, high, intervals)
 
-    def shortest_within(self, limit_bytes: int, intervals: int = 8, lazy: bool = False) -> int | None:
+    def shortest_within(self, limit_bytes: int, intervals: int = 8) -> int | None:
         """The shortest length found whose peak is <= ``limit_bytes``, refined between it and the tried
-        length before it (which did not fit) until they are neighbours. ``lazy``: each refining scan stops at
-        its first length that fits (the lengths past it cannot be the shortest: the same answer, fewer peaks)."""
+        length before it (which did not fit) until they are neighbours, each scan stopping at its first fit."""
         while True:
             fitting = [count for count in sorted(self.peaks) if self.peaks[count] <= limit_bytes]
             if not fitting:
@@ -216,7 +215,7 @@ class _PrefixPeaks:
             below = [count for count in self.peaks if count < shortest]
             if not below or shortest - max(below) <= 1:
                 return shortest
-            self.scan(max(below) + 1, shortest - 1, intervals, until=limit_bytes if lazy else None)
+            self.scan(max(below) + 1, shortest - 1, intervals, until=limit_bytes)
 
 
 def lowest_peak_plan(eligible: list[Candidate], predicted_peak: Callable[[list[Candidate]], int],
@@ -225,10 +224,10 @@ def lowest_peak_plan(eligible: list[Candidate], predicted_peak: Callable[[list[C
     shortest (fewest bytes moved). Never a plan above the peak with nothing swapped.
 
     A coarse scan of ``grid`` + 1 lengths, then finer scans around the lowest,
-    then around the shortest within tolerance: 40 to 84 predictions in a fit (the traced graph's search and
+    then around the shortest within tolerance: at most 84 predictions in a fit (the traced graph's search and
     the executed graphs' together) on the keras.applications models of ``benchmarks/lms_default_plan.py``
-    (a few hundred candidates each), 28 on a bumpy curve of 320. A dip narrower than the grid between two
-    tried lengths can be missed.
+    (a few hundred candidates each; 40 to 84, and 28 on a bumpy curve of 320, measured before the last scans
+    stopped at their first fit). A dip narrower than the grid between two tried lengths can be missed.
 
     Example:
         >>> cands = [Candidate(f"t{i}", "l", "", (1,), 100, i) for i in range(40)]
@@ -271,7 +270,7 @@ def fewest_swaps_within(eligible: list[Candidate], budget_bytes: int,
     peaks.scan(0, len(eligible), grid, until=budget_bytes)  # the grid up to its first length that fits
     if all(peak > budget_bytes for peak in peaks.peaks.values()):
         peaks.zoom_on_lowest()
-    count = peaks.shortest_within(budget_bytes, lazy=True)
+    count = peaks.shortest_within(budget_bytes)
     if count is None:
         best = peaks.lowest()
         raise BudgetError(

@@ -95,7 +95,6 @@ class StepPredictor(PrefixPredictions):
         self.host_device = host_device
         self.model, self.sample = model, sample
         self.trace_s: float | None = None  # the last trace's seconds
-        self.import_s: float | None = None  # the last import's seconds (batch_import.dims_at)
         self._fixed: set[int] | None = None  # the model's dimensions that are not the batch (_fixed_dims)
         self._layer_of = layer_resolver(model)
         self._persistent = persistent_tensors(model)
@@ -141,9 +140,7 @@ class StepPredictor(PrefixPredictions):
         if len(self._traced) == 1:
             first = self._plain[self._traced[0]]
             if suits(first.batch_size, self._fixed_dims()):
-                started = time.perf_counter()
                 dims = dims_at(first.ops[0].graph, first.batch_size, batch_size)
-                self.import_s = time.perf_counter() - started
                 if dims is not None:  # the first trace's ops, sized at this batch by shape inference
                     self._steps[batch_size] = self._plain[batch_size] = first.at(
                         Rescaled(first.batch_size, batch_size, batch_size, dims),
@@ -157,10 +154,10 @@ class StepPredictor(PrefixPredictions):
                 Rescaled(first, batch_size, other, other_dims), _input_bytes(_specs(self.sample, batch_size)))
 
     def _fixed_dims(self) -> set[int]:
-        """The model's dimensions that are not the batch (``batch_import.fixed_dims``), its optimizer's too."""
+        """The model's dimensions that are not the batch (``batch_import.fixed_dims``)."""
         if self._fixed is None:
-            inputs = [tf.convert_to_tensor(value).shape.as_list()[1:] for value in tf.nest.flatten(tuple(self.sample))]
-            self._fixed = fixed_dims(self.model, inputs + [tensor.shape for tensor in self._persistent])
+            self._fixed = fixed_dims(self.model, [tf.convert_to_tensor(value).shape.as_list()[1:]
+                                                  for value in tf.nest.flatten(tuple(self.sample))])
         return self._fixed
 
     def _trace(self, batch_size: int) -> None:

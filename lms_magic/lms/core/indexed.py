@@ -3,8 +3,10 @@
 A plan search replays one graph some forty times, each time with other swaps undone: a few dozen of its
 20,000 nodes removed and their readers reading another tensor. :class:`IndexedGraph` numbers the nodes and
 their edges once; each replay then rebuilds only what the change touches (the readers of the removed
-nodes) and walks the graph with integers. Its results are those of ``simulate.replay`` on the changed node
-list, to the byte and the order (the tests compare the two on every change).
+nodes) and walks the graph with integers: every tensor numbered, a buffer its allocating tensor's number, the
+walk only following reads (when each buffer's last reader runs) and in-place and aliasing choices, numpy adding
+the bytes up. Its results are those of ``simulate.replay`` on the changed node list, to the byte and the order
+(the tests compare the two on every change, and the walk with one written plainly: tests/lms/core/reference_walk.py).
 
 Example:
     >>> graph = IndexedGraph([Node("x", (100,)), Node("copy", (100,), (("x", 0),)),
@@ -16,7 +18,8 @@ Example:
 from __future__ import annotations
 
 import heapq
-from bisect import insort
+from bisect import bisect_right, insort
+from itertools import chain
 from dataclasses import dataclass, field
 
 
@@ -73,6 +76,7 @@ class GraphCycleError(ValueError):
 
 
 _GONE = -(10**9)  # the waiting count of a removed node: never ready, however many of its inputs run
+_OUTSIDE_READS = 1 << 62  # the reads left of what inputs from outside the graph read: never all done
 
 
 class IndexedGraph:
@@ -84,7 +88,8 @@ class IndexedGraph:
 
     def __init__(self, nodes: list[Node]):
         self.nodes = list(nodes)
-        self.index = {node.name: position for position, node in enumerate(self.nodes)}
+        self._names = [node.name for node in self.nodes]
+        self.index = {name: position for position, name in enumerate(self._names)}
         get = self.index.get
         self._data = data = [tuple([(get(name, -1), output) for name, output in node.inputs]) for node in self.nodes]
         self._control = control = [tuple([get(name, -1) for name in node.control_inputs]) for node in self.nodes]
@@ -103,17 +108,21 @@ class IndexedGraph:
         self._walked = False  # the walk's arrays, made at the first replay (an execution order needs none)
 
     def _walk_arrays(self) -> None:
-        """Each node's output keys, device bytes and whether it may share an input's buffer, and each tensor's
-        readers: what the liveness walk reads."""
+        """The walk's flat arrays: each tensor numbered (node by node, output by output), its device bytes and
+        data readers; each node's first tensor number, its inputs' numbers and whether it may share an input's
+        buffer (aliasing or in place)."""
         if self._walked:
             return
-        self._outputs, self._device_bytes, self._shares = _walk_fields(self.nodes, 0)
-        self._readers: dict[tuple[int, int], int] = {}  # (node, output) -> how many data inputs read it
-        readers = self._readers
-        for inputs in self._data:
-            for key in inputs:
-                if key[0] >= 0:
-                    readers[key] = readers.get(key, 0) + 1
+        self._device_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in self.nodes]
+        self._first = _firsts(self._device_bytes, 0)
+        self._flat_bytes = [n_bytes for sizes in self._device_bytes for n_bytes in sizes]
+        self._flat_data = [_numbered(inputs, self._first) for inputs in self._data]
+        self._shares = [_shares(node) for node in self.nodes]
+        self._readers = [0] * len(self._flat_bytes)  # tensor -> how many data inputs read it
+        for inputs in self._flat_data:
+            for tensor in inputs:
+                if tensor >= 0:
+                    self._readers[tensor] += 1
         self._walked = True
 
     def replay(self, persistent_bytes: int = 0, explain: bool = False,
@@ -134,16 +143,19 @@ class IndexedGraph:
         self._walk_arrays()
         change = _Change(self, substitute or {}, list(added), rewired or {})
         order = self._order(change)
-        peak, peak_step, live_bytes, buffers, spans = _walk(change, order, persistent_bytes, explain)
-        names = [change.nodes[position].name for position in order]
-        result = Replay(peak_bytes=peak, peak_after=names[peak_step] if peak_step >= 0 else None, order=names)
+        if resized is not None and (not explain or len(resized) != len(change.nodes)):
+            raise ValueError("resized: the bytes of every node's outputs, the added ones' too, with explain=True")
+        walked = _walk(change, order)
+        live = walked.live_bytes(change.flat_bytes, persistent_bytes)
+        peak_step = int(live.argmax()) if len(live) and live.max() > persistent_bytes else -1
+        names = list(map((self._names + [node.name for node in added] if added else self._names).__getitem__, order))
+        result = Replay(peak_bytes=int(live[peak_step]) if peak_step >= 0 else persistent_bytes,
+                        peak_after=names[peak_step] if peak_step >= 0 else None, order=names)
         if explain:
-            result.live_bytes = live_bytes
-            result.live_at_peak = [((change.nodes[writer[0]].name, writer[1]), n_bytes) for writer, n_bytes in buffers]
+            result.live_bytes = live.tolist()
+            result.live_at_peak = walked.at_peak(change, peak_step)
         if resized is not None:
-            if not explain or len(resized) != len(change.nodes):
-                raise ValueError("resized: the bytes of every node's outputs, the added ones' too, with explain=True")
-            result.resized_live_bytes = _live_bytes(spans, resized, len(order), persistent_bytes)
+            result.resized_live_bytes = walked.live_bytes([*chain.from_iterable(resized), 0], persistent_bytes).tolist()
         return result
 
     def device_bytes(self) -> list[tuple[int, ...]]:
@@ -161,16 +173,18 @@ class IndexedGraph:
 
     def _order(self, change: _Change) -> list[int]:
         """The execution order (``simulate.execution_order``'s rule) of the graph as changed."""
-        waiting, priority, users = change.waiting, change.priority, change.users
+        waiting, priority = change.waiting, change.priority
+        users = self._users + [[]] * (len(change.nodes) - len(self.nodes))
+        for position, changed in change.users.items():
+            users[position] = changed
         ready = [(priority[p], p, p) for p, count in enumerate(waiting) if count == 0]
         heapq.heapify(ready)
-        readied, order, base_users = 0, [], self._users
+        readied, order = 0, []
         pop, push = heapq.heappop, heapq.heappush
         while ready:
             position = pop(ready)[2]
             order.append(position)
-            changed = users.get(position)
-            for user in base_users[position] if changed is None else changed:
+            for user in users[position]:
                 waiting[user] -= 1
                 if waiting[user] == 0:
                     readied += 1
@@ -231,21 +245,30 @@ class _Change:
             self._walk_arrays(graph, base, added, removed)
 
     def _walk_arrays(self, graph: IndexedGraph, base: int, added: list[Node], removed: set[int]) -> None:
-        """The walk's arrays (``IndexedGraph._walk_arrays``) of the graph as changed."""
-        outputs, device_bytes, shares = _walk_fields(added, base)
-        self.outputs, self.device_bytes, self.shares = (graph._outputs + outputs, graph._device_bytes + device_bytes,
-                                                        graph._shares + shares)
-        self.readers = graph._readers
-        if self.inputs or removed:
-            self.readers = readers = dict(graph._readers)
-            for position in (*removed, *(p for p in self.inputs if p < base)):
-                for key in graph._data[position]:
-                    if key[0] >= 0:
-                        readers[key] -= 1
-            for data in self.inputs.values():
-                for key in data:
-                    if key[0] >= 0 and key[0] not in removed:
-                        readers[key] = readers.get(key, 0) + 1
+        """The walk's flat arrays (``IndexedGraph._walk_arrays``) of the graph as changed, each with one more
+        tensor at the end: what an input from outside the graph (numbered -1) reads, never freed."""
+        added_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in added]
+        self.first = graph._first[:-1] + _firsts(added_bytes, graph._first[-1]) if added else graph._first
+        self.flat_bytes = graph._flat_bytes + [n_bytes for sizes in added_bytes for n_bytes in sizes] + [0]
+        self.shares = graph._shares + [_shares(node) for node in added] if added else graph._shares
+        self.flat_data = graph._flat_data
+        self.flat_inputs = {position: _numbered([(-1, output) if source in removed else (source, output)
+                                                 for source, output in inputs], self.first)
+                            for position, inputs in self.inputs.items()}  # a removed node's output: as outside
+        added_tensors = len(self.flat_bytes) - 1 - len(graph._readers)
+        self.readers = readers = graph._readers + [0] * added_tensors + [_OUTSIDE_READS]
+        for position in (*removed, *(p for p in self.inputs if p < base)):
+            for tensor in graph._flat_data[position]:
+                if tensor >= 0:
+                    readers[tensor] -= 1
+        for position, inputs in self.flat_inputs.items():
+            for tensor in inputs:
+                if tensor >= 0:
+                    readers[tensor] += 1
+
+    def node_of(self, tensor: int) -> int:
+        """The position of the node whose output ``tensor`` (a flat number) is."""
+        return bisect_right(self.first, tensor) - 1
 
     def _users_of(self, graph: IndexedGraph, source: int) -> list[int]:
         if source not in self.users:
@@ -253,115 +276,119 @@ class _Change:
         return self.users[source]
 
 
-def _walk_fields(nodes: list[Node], first: int) -> tuple[list, list, list]:
-    """For ``nodes`` numbered from ``first``: each one's output keys, the bytes each output holds on the device,
-    and whether it may share an input's buffer (aliasing or in place)."""
-    return ([tuple([(first + offset, index) for index in range(len(node.outputs))]) for offset, node in enumerate(nodes)],
-            [node.outputs if node.on_device else (0,) * len(node.outputs) for node in nodes],
-            [node.alias_input is not None or (node.forwards_input and node.on_device) for node in nodes])
+def _firsts(device_bytes: list[tuple[int, ...]], first: int) -> list[int]:
+    """Each node's first tensor number, from ``first``, and the number after the last."""
+    firsts = [first]
+    for sizes in device_bytes:
+        firsts.append(firsts[-1] + len(sizes))
+    return firsts
 
 
-def _walk(change: _Change, order, persistent_bytes, explain):
-    """The liveness walk over ``order`` (simulate.replay's rules). Returns the peak, the step it happened
-    at, the live bytes after each step (explain), the buffers live at the peak as (last writer, bytes) and each
-    buffer's (step allocated, step freed, first writer) (explain)."""
-    data, outputs, device_bytes, shares, nodes = change.data, change.outputs, change.device_bytes, change.shares, change.nodes
-    changed, readers = change.inputs, change.readers
-    buffer_of: dict[tuple[int, int], int] = {}
-    buffer_bytes: list[int] = []
-    buffer_readers: list[int] = []
-    live = peak = persistent_bytes
-    peak_step = -1
-    allocated_at: list[int] = []
-    freed_at: list[int] = []
-    writers: dict[int, list[tuple[int, tuple[int, int]]]] = {}
-    live_bytes: list[int] = []
-    end = len(order)
-    get_buffer, get_readers = buffer_of.get, readers.get
-    for step, position in enumerate(order):
-        inputs = changed.get(position)
-        if inputs is None:
-            inputs = data[position]
-        new_buffers = []
-        for key, n_bytes in zip(outputs[position], device_bytes[position]):
-            buffer = _shared(nodes[position], key[1], n_bytes, inputs, buffer_of, buffer_bytes,
-                             buffer_readers) if shares[position] else None
-            if buffer is not None and explain and buffer < 0:  # an in-place kernel: the buffer now holds this output
-                buffer = -buffer - 1
-                writers.setdefault(buffer, []).append((step, key))
-            elif buffer is not None and buffer < 0:
-                buffer = -buffer - 1
-            if buffer is None:
-                buffer = len(buffer_bytes)
-                buffer_bytes.append(n_bytes)
-                buffer_readers.append(0)
-                live += n_bytes
-                new_buffers.append(buffer)
-                if explain:
-                    allocated_at.append(step)
-                    freed_at.append(end)
-                    writers[buffer] = [(step, key)]
-            buffer_of[key] = buffer
-            buffer_readers[buffer] += get_readers(key, 0)
-        if explain:
-            live_bytes.append(live)
-        if live > peak:
-            peak, peak_step = live, step
-        for source in inputs:
-            buffer = get_buffer(source)
-            if buffer is None:
-                continue
-            buffer_readers[buffer] -= 1
-            if buffer_readers[buffer] == 0:
-                live -= buffer_bytes[buffer]
-                if explain:
-                    freed_at[buffer] = step
-        for buffer in new_buffers:  # outputs nobody reads are freed at once
-            if buffer_readers[buffer] == 0:
-                live -= buffer_bytes[buffer]
-                buffer_readers[buffer] = -1
-                if explain:
-                    freed_at[buffer] = step
-    at_peak = []
-    if explain:  # a buffer freed at the peak's step was live when the peak was counted
-        at_peak = [(max((w for w in writers[buffer] if w[0] <= peak_step), key=lambda w: w[0])[1], buffer_bytes[buffer])
-                   for buffer in range(len(buffer_bytes))
-                   if buffer_bytes[buffer] and allocated_at[buffer] <= peak_step <= freed_at[buffer]]
-    spans = [(allocated_at[buffer], freed_at[buffer], writers[buffer][0][1]) for buffer in range(len(buffer_bytes))] \
-        if explain else []
-    return peak, peak_step, live_bytes, at_peak, spans
+def _numbered(inputs, first: list[int]) -> tuple[int, ...]:
+    """(node position, output index) inputs as tensor numbers; -1 for one from outside the graph."""
+    return tuple(first[source] + output if 0 <= source < len(first) - 1 and output < first[source + 1] - first[source]
+                 else -1 for source, output in inputs)
 
 
-def _live_bytes(spans, device_bytes, steps: int, persistent_bytes: int) -> list[int]:
-    """The bytes live after each of ``steps`` steps, each buffer of ``spans`` (step allocated, step freed, first
-    writer) holding its first writer's ``device_bytes`` from its allocation to its freeing, both included."""
+def _shares(node: Node) -> tuple[int | None, bool] | None:
+    """How an output of ``node`` may share an input's buffer: (the aliased input, as ``Node.alias_input``;
+    whether output 0 may take an input's in place); None where it may not."""
+    in_place = node.forwards_input and node.on_device
+    return (node.alias_input, in_place) if node.alias_input is not None or in_place else None
+
+
+@dataclass
+class _Walked:
+    """What the liveness walk found, by tensor number: the buffer each tensor's bytes live in (its own number
+    where it allocated one), the step each buffer was allocated and freed at, and the in-place writers."""
+
+    owned: object  # numpy bool array: the tensor allocated a buffer
+    allocated: object  # numpy int64: the step of its producer (-1: never run)
+    freed: object  # numpy int64: the step its last reader ran (its producer's where none reads it)
+    steps: int
+    in_place: dict[int, list[tuple[int, int]]]  # buffer -> (step, tensor) of each in-place kernel that took it over
+
+    def live_bytes(self, flat_bytes: list[int], persistent_bytes: int):
+        """The bytes live after each step (numpy int64), each buffer holding its allocating tensor's
+        ``flat_bytes`` from its allocation to its freeing, both included."""
+        import numpy as np
+
+        n_bytes = np.asarray(flat_bytes[:len(self.owned)], dtype=np.int64)[self.owned]
+        change = np.zeros(self.steps + 1, dtype=np.int64)
+        np.add.at(change, self.allocated[self.owned], n_bytes)
+        np.subtract.at(change, np.minimum(self.freed[self.owned], self.steps - 1) + 1, n_bytes)
+        return np.cumsum(change[:self.steps]) + persistent_bytes
+
+    def at_peak(self, change: "_Change", peak_step: int) -> list[tuple[tuple[str, int], int]]:
+        """The buffers live at ``peak_step`` (a buffer freed there was live when the peak was counted), in the
+        order they were allocated, each as (the tensor that last wrote it, its bytes)."""
+        import numpy as np
+
+        n_bytes = np.asarray(change.flat_bytes[:len(self.owned)], dtype=np.int64)
+        live = self.owned & (n_bytes > 0) & (self.allocated <= peak_step) & (peak_step <= self.freed)
+        buffers = np.flatnonzero(live)
+        buffers = buffers[np.argsort(self.allocated[buffers], kind="stable")].tolist()
+        result = []
+        for buffer in buffers:
+            writer = buffer if buffer not in self.in_place else \
+                max((w for w in self.in_place[buffer] if w[0] <= peak_step), default=(0, buffer))[1]
+            position = change.node_of(writer)
+            result.append(((change.nodes[position].name, writer - change.first[position]), int(n_bytes[buffer])))
+        return result
+
+
+def _walk(change: _Change, order: list[int]) -> _Walked:
+    """The liveness walk over ``order`` (simulate.replay's rules): each tensor's buffer, and when each buffer is
+    allocated and freed. Every output allocates a buffer of its own unless it shares an input's (``_shares``); a
+    buffer is freed after the step of its last reader, or at once where nobody reads it."""
     import numpy as np
 
-    count = len(spans)
-    allocated = np.fromiter((span[0] for span in spans), dtype=np.int64, count=count)
-    freed = np.minimum(np.fromiter((span[1] for span in spans), dtype=np.int64, count=count), steps - 1) + 1
-    n_bytes = np.fromiter((device_bytes[position][index] for _, _, (position, index) in spans), dtype=np.int64,
-                          count=count)
-    change = np.zeros(steps + 1, dtype=np.int64)
-    np.add.at(change, allocated, n_bytes)
-    np.subtract.at(change, freed, n_bytes)
-    return (np.cumsum(change[:steps]) + persistent_bytes).tolist()
+    first, flat_bytes, shares, nodes = change.first, change.flat_bytes, change.shares, change.nodes
+    data, changed = change.flat_data, change.flat_inputs
+    count = len(flat_bytes)  # the tensors, and the one outside the graph (last: -1)
+    buffer_of = list(range(count))
+    remaining = list(change.readers)  # each buffer's reads still to come
+    freed = [-1] * count
+    in_place: dict[int, list[tuple[int, int]]] = {}
+    get = changed.get
+    for step, position in enumerate(order):
+        inputs = get(position)
+        if inputs is None:
+            inputs = data[position]
+        share = shares[position]
+        if share is not None:  # an output may take an input's buffer: an aliased input's, or one taken in place
+            alias, in_place_too = share
+            start = first[position]
+            for tensor in range(start, first[position + 1]):
+                index, buffer = tensor - start, -1
+                if alias is not None:
+                    aliased = (inputs[index] if index < len(inputs) else -1) if alias == -1 else \
+                        (inputs[alias] if index == 0 and alias < len(inputs) else -1)
+                    if aliased >= 0:
+                        buffer = buffer_of[aliased]
+                if buffer < 0 and in_place_too and index == 0 and flat_bytes[tensor] > 0:
+                    for source in inputs:  # same size, its one read left this node's (reads are counted per input)
+                        if source >= 0 and remaining[buffer_of[source]] == 1 and \
+                                flat_bytes[buffer_of[source]] == flat_bytes[tensor]:
+                            buffer = buffer_of[source]
+                            in_place.setdefault(buffer, []).append((step, tensor))
+                            break
+                if buffer >= 0:
+                    buffer_of[tensor] = buffer
+                    remaining[buffer] += remaining[tensor]
+        for tensor in inputs:
+            buffer = buffer_of[tensor]
+            left = remaining[buffer] - 1
+            remaining[buffer] = left
+            if not left:
+                freed[buffer] = step
+    tensors = count - 1
+    step_of = np.full(len(nodes), -1, dtype=np.int64)
+    step_of[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    allocated = np.repeat(step_of, np.diff(np.asarray(first, dtype=np.int64)))
+    owned = (np.asarray(buffer_of[:tensors]) == np.arange(tensors)) & (allocated >= 0)
+    freed_at = np.asarray(freed[:tensors], dtype=np.int64)
+    unread = np.asarray(change.readers[:tensors], dtype=np.int64) == 0
+    freed_at = np.where(freed_at >= 0, freed_at, np.where(unread, allocated, len(order)))
+    return _Walked(owned, allocated, freed_at, len(order), in_place)
 
-
-def _shared(node: Node, index: int, n_bytes: int, inputs, buffer_of, buffer_bytes, buffer_readers) -> int | None:
-    """The buffer output ``index`` shares: an aliased input's (its number), or an input's that an in-place
-    kernel takes over (same size, read by this node alone: ``-number - 1``); None for a new buffer."""
-    alias = node.alias_input
-    if alias is not None:
-        aliased = (inputs[index] if index < len(inputs) else None) if alias == -1 else \
-            (inputs[alias] if index == 0 and alias < len(inputs) else None)
-        buffer = buffer_of.get(aliased) if aliased is not None else None
-        if buffer is not None:
-            return buffer
-    if index == 0 and node.forwards_input and node.on_device:
-        for source in inputs:
-            buffer = buffer_of.get(source)
-            if buffer is not None and buffer_readers[buffer] == 1 and buffer_bytes[buffer] == n_bytes > 0 \
-                    and inputs.count(source) == 1:
-                return -buffer - 1
-    return None

@@ -1,5 +1,6 @@
 """The replay with nodes removed and their readers rewired (core/indexed.py), against the changed graph
-replayed from scratch: a plan search's forty replays must give what forty fresh replays would."""
+replayed from scratch: a plan search's forty replays must give what forty fresh replays would; and the
+engine's numbered, flat walk against the walk written plainly (reference_walk.py)."""
 
 import random
 
@@ -7,6 +8,7 @@ import pytest
 
 from lms_magic.lms.core.indexed import IndexedGraph
 from lms_magic.lms.core.simulate import GraphCycleError, Node, replay
+from tests.lms.core.reference_walk import reference_replay
 
 
 def swapped_graph(seed: int, size: int = 80):
@@ -91,3 +93,55 @@ def test_a_replay_with_swaps_added_is_the_swapped_graph_replayed(seed):
         got = replay_with_swaps(graph, swaps, persistent_bytes=3, explain=True)
         assert (got.peak_bytes, got.peak_after, got.order, got.live_at_peak, got.live_bytes) == \
             (expected.peak_bytes, expected.peak_after, expected.order, expected.live_at_peak, expected.live_bytes)
+
+
+def _same_replay(got, expected):
+    fields = ("peak_bytes", "peak_after", "order", "live_at_peak", "live_bytes", "resized_live_bytes")
+    assert [getattr(got, name) for name in fields] == [getattr(expected, name) for name in fields]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_walk_is_the_plain_walk_with_nodes_removed_swaps_added_and_sizes_changed(seed):
+    from lms_magic.lms.core.simulate import Swap, replay_with_swaps, with_swaps
+
+    nodes, origins = swapped_graph(seed, size=120)
+    graph = IndexedGraph(nodes)
+    rng = random.Random(seed)
+
+    def device_bytes(changed):  # the step at another batch size: every output's bytes other, off-device ones none
+        return [tuple(3 * n_bytes + 8 if node.on_device else 0 for n_bytes in node.outputs) for node in changed]
+
+    undone = {name: origin for name, origin in origins.items() if rng.random() < 0.5}
+    changed = changed_from_scratch(nodes, undone)
+    _same_replay(graph.replay(5, explain=True, substitute=undone),
+                 reference_replay(changed, 5))
+    _same_replay(IndexedGraph(changed).replay(5, explain=True, resized=device_bytes(changed)),
+                 reference_replay(changed, 5, device_bytes(changed)))
+    readers = {}
+    for node in nodes:
+        for name, index in node.inputs:
+            readers.setdefault((name, index), []).append(node.name)
+    tensors = [tensor for tensor in readers if tensor[0] in graph.index and rng.random() < 0.3]
+    swaps = []
+    for tensor in tensors:
+        consumers = rng.sample(readers[tensor], k=rng.randint(1, len(readers[tensor])))
+        first = min(graph.index[name] for name in consumers)
+        swaps.append(Swap(tensor, tuple(consumers), nodes[rng.randrange(first)].name, rng.choice([8, 64, 512])))
+    swapped = with_swaps(nodes, swaps)
+    other = IndexedGraph([Node(node.name, sizes, node.inputs, node.control_inputs, node.on_device, node.alias_input,
+                               node.priority, node.forwards_input) for node, sizes in zip(nodes, device_bytes(nodes))])
+    bigger = [Swap(swap.tensor, swap.consumers, swap.trigger, 3 * swap.nbytes + 8) for swap in swaps]
+    copies = with_swaps(nodes, bigger)[len(nodes):]  # the host and device copies, at the bigger sizes
+    _same_replay(replay_with_swaps(graph, swaps, 3, explain=True, resized=(other, bigger)),
+                 reference_replay(swapped, 3, device_bytes(nodes) + [node.outputs if node.on_device else (0,)
+                                                                     for node in copies]))
+
+
+def test_an_in_place_kernel_takes_over_an_input_read_by_it_alone_and_once():
+    def peak(*inputs):
+        nodes = [Node("x", (100,), priority=0), Node("y", (100,), inputs, forwards_input=True, priority=1),
+                 Node("out", (0,), (("y", 0),), priority=2)]
+        return IndexedGraph(nodes).replay(explain=True).peak_bytes
+
+    assert peak(("x", 0)) == 100  # relu(x): y written over x
+    assert peak(("x", 0), ("x", 0)) == 200  # x * x: x is read twice by it, y needs a buffer of its own

@@ -30,9 +30,17 @@ def device_suffix(device: str) -> str:
     return "device:" + tf.DeviceSpec.from_string(device).to_string().split("device:")[-1]
 
 
-def _planned(swaps: list[TensorCandidate]) -> list[Swap]:
-    return [Swap((item.tensor.op.name, item.tensor.value_index), tuple(c.name for c in item.consumers),
-                 item.trigger.name, item.candidate.nbytes) for item in swaps]
+def _planned(swaps: list[TensorCandidate], names: dict | None = None) -> list[Swap]:
+    """The replay's swaps; ``names``: a dict kept with the step's tensors (each one's names, read once)."""
+    names = {} if names is None else names
+    planned = []
+    for item in swaps:
+        if id(item.tensor) not in names:  # the step's ops hold its tensors: their numbers are theirs
+            names[id(item.tensor)] = ((item.tensor.op.name, item.tensor.value_index),
+                                      tuple(c.name for c in item.consumers), item.trigger.name)
+        tensor, consumers, trigger = names[id(item.tensor)]
+        planned.append(Swap(tensor, consumers, trigger, item.candidate.nbytes))
+    return planned
 
 
 def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
@@ -87,6 +95,7 @@ class TracedStep:
         # the optimizer's ops come after the backward pass's last op in program order
         self.optimizer_after = max((index for index, op in enumerate(self.ops) if is_backward(op.name)), default=None)
         self._join_priority: dict[str, float] | None = None
+        self._swap_names: dict = {}  # the replay's swaps' names by tensor (_planned), shared with the steps ``at`` makes
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
         """The same ops sized at another ``batch_size`` (a :class:`~.rewrite.Rescaled`): the ops' names, order and
@@ -133,9 +142,9 @@ class TracedStep:
         (and, with ``explain``, the buffers live there). ``resized``: (this step traced at another batch size,
         its candidates of the same tensors): the replay's ``resized_live_bytes`` are its live bytes there
         (core/indexed.py), without a replay of its own."""
-        other = None if resized is None else (resized[0].indexed(), _planned(resized[1]))
+        other = None if resized is None else (resized[0].indexed(), _planned(resized[1], resized[0]._swap_names))
         with collector_paused():
-            return replay_with_swaps(self.indexed(), _planned(swaps), explain=explain, resized=other)
+            return replay_with_swaps(self.indexed(), _planned(swaps, self._swap_names), explain=explain, resized=other)
 
     def explain(self, swaps: list[TensorCandidate], persistent: list[LiveTensor], layer_of,
                 optimizer_scope: str | None, result=None) -> dict:

@@ -105,7 +105,7 @@ class StepPredictor(PrefixPredictions):
         self._orders: dict[int, tuple] = {}  # batch size -> find_candidates' order, where ordered
         self._candidates: dict[tuple[int, int], list] = {}
         self._flop_ops: dict = {}  # traced graph -> its convolutions and matrix products (compute.flop_ops)
-        self._found_off_traces: dict[int, list] = {}  # lb -> the candidates of a batch read off two traces
+        self._found_off_traces: dict[int, tuple] = {}  # lb -> the candidates read off two traces, resized's memo
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
         self._source = None  # what _rescale_source found (False: the two traces differ)
@@ -235,8 +235,9 @@ class StepPredictor(PrefixPredictions):
                 found = self._found(lb, step, self._orders.get(batch_size))
             else:  # the traced ops: the same tensors, consumers and triggers at every batch read off them
                 if lb not in self._found_off_traces:
-                    self._found_off_traces[lb] = self._found(lb, step)
-                found = resized(self._found_off_traces[lb], step.batch_size)
+                    self._found_off_traces[lb] = (self._found(lb, step), {})
+                traced, memo = self._found_off_traces[lb]
+                found = resized(traced, step.batch_size, memo)
             by_tensor = {item.candidate.tensor: item for item in found}
             self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
         return self._candidates[key]

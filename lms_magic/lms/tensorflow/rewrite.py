@@ -241,12 +241,24 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
     return candidates, notes
 
 
-def resized(items: list[TensorCandidate], batch_size) -> list[TensorCandidate]:
+def resized(items: list[TensorCandidate], batch_size, memo: dict | None = None) -> list[TensorCandidate]:
     """``items`` (``find_candidates``' of a step) with each candidate's shape and bytes at ``batch_size`` (an int
-    or a :class:`Rescaled`): the same tensors, consumers and triggers, which do not depend on the batch."""
+    or a :class:`Rescaled`): the same tensors, consumers and triggers, which do not depend on the batch.
+    ``memo``: a dict kept with ``items`` across calls (each tensor's name, dimensions and item size, read from
+    TensorFlow once)."""
+    memo = {} if memo is None else memo
+
     def one(item: TensorCandidate) -> TensorCandidate:
-        candidate = dataclasses.replace(item.candidate, shape=tuple(sized_dims(item.tensor, batch_size)),
-                                        nbytes=static_bytes(item.tensor, batch_size))
+        if id(item) not in memo:  # the items outlive the memo: their numbers are theirs
+            memo[id(item)] = (item.tensor.name, item.tensor.shape.as_list(), item.tensor.dtype.size)
+        name, dims, itemsize = memo[id(item)]
+        dims = batch_size.dims(name, dims) if isinstance(batch_size, Rescaled) else \
+            [batch_size if dim is None else dim for dim in dims]
+        count = 1
+        for dim in dims:
+            count = None if count is None or dim is None else count * dim
+        candidate = dataclasses.replace(item.candidate, shape=tuple(dims),
+                                        nbytes=None if count is None else count * itemsize)
         return dataclasses.replace(item, candidate=candidate, mirrors=[one(mirror) for mirror in item.mirrors])
 
     return [one(item) for item in items]

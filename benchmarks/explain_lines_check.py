@@ -1,11 +1,11 @@
 """Whether a batch size's peak read off two replays (``core/batch_lines.py``) equals a replay at that batch size.
 
 keras.applications models, no weights, SGD with momentum; two predictors of one model, each tracing batch 64 and
-156 (as ``explain_fit``'s first two traces): one reads the other batch sizes' peaks off lines, the other replays
-them. Compared: the predicted peak with 0, 1, a third, half, all but one and all candidates moved, at 7 batch
-sizes. Printed per model: whether its peaks are read off lines (every tensor linear in the batch; else both
-replay; where the two traces differ, each batch size is traced), the count compared and differing, and the seconds
-each took (base replays included).
+156 (as ``explain_fit``'s first two traces): one reads every batch size's peaks off lines, the other replays
+them. Compared: the predicted peak with 0, 1, a third, half, all but one and all candidates moved, at 9 batch
+sizes (the two traced among them). Printed per model: whether its peaks are read off lines (every tensor linear
+in the batch; else both replay; where the two traces differ, each batch size is traced), the count compared and
+differing, and the seconds each took (base replays included).
 
     python benchmarks/explain_lines_check.py --models ResNet50:224 DenseNet121:64 MobileNetV2:96 EfficientNetB0:64
 """
@@ -47,7 +47,7 @@ def main() -> None:
         replayed._live_lines = lambda *args: None  # every batch size replayed
         compared = differ = 0
         lines_s = replays_s = 0.0
-        for batch in (1, 7, 100, 200, 333, 512, 1024):
+        for batch in (1, 7, 64, 100, 156, 200, 333, 512, 1024):  # 64 and 156: the traces themselves
             count = len(lined.eligible(1, batch))
             replayed.eligible(1, batch)  # the candidates found apart from the timings, for both
             for moved in sorted({0, 1, count // 3, count // 2, count - 1, count}):

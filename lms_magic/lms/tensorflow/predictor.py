@@ -210,11 +210,12 @@ class StepPredictor(PrefixPredictions):
 
     def _live_lines(self, lb: int, batch_size: int, count: int):
         """The live bytes of the step with the first ``count`` candidates moved as lines in the batch size
-        (``core/batch_lines.py``), where ``batch_size`` is read off the first two traces, every tensor grows
-        linearly with the batch, and its first ``count`` candidates are the traces'; else None (a replay)."""
+        (``core/batch_lines.py``), where ``batch_size`` is read off the first two traces (or is one of them: the
+        lines there are the walk's own bytes, and the second's from the same order, buffers and in-place choices),
+        every tensor grows linearly with the batch, and its first ``count`` candidates are the traces'; else None
+        (a replay)."""
         source = self._rescale_source() if self.rescale_batches and not self.order_backward else None
-        if source is None or self._coincidences is None or batch_size in self._traced[:2] \
-                or batch_size in self._coincidences:
+        if source is None or self._coincidences is None or batch_size in self._coincidences:
             return None
         (first, _), (second, _) = source
         if count > self._shared_candidates(lb, batch_size, first, second):

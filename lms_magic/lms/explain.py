@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..units import format_size, parse_bytes
 from .core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, MEASURED_HEADROOM, usable_bytes
+from .core.simulate import collector_paused
 from .options import whole_number
 
 # name, the tuner's options, and the %%lms_fit line that trains that way
@@ -277,28 +278,33 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     else:
         capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
         usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    session = _Ways(model, data, **options)
-    chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
-    plain = session.predictor.explain(0, 1, batch_size)
-    source = session.predictor.plain_peak_source
-    plain_bytes = session.predictor.plain_peak_bytes(batch_size) if source else None
-    results, frontier = [], []
-    # without LMS, a peak read from the framework itself (``plain_peak_source``) may fill all but the allocator's share
-    plain_usable = int(capacity_bytes * (1 - MEASURED_HEADROOM)) if capacity_bytes and source and budget is None \
-        else usable
-    for name, tuned, magic in chosen:
-        refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
-        if refused:
-            results.append(ModeFit(name, None, None, None, None, magic, refused))
-            continue
-        session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
-        limit = usable if magic else plain_usable
-        results.append(_mode_fit(session, name, magic, batch_size, capacity_bytes, limit))
-        for size in sizes:
-            peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
-            frontier.append(FrontierPoint(size, name, peak_bytes, ratio, None if limit is None else peak_bytes <= limit))
-    return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
-                          getattr(session.predictor, "caveat", ""), plain_bytes, source, plain_usable)
+    # the collector paused throughout: its traces and replays make millions of short-lived objects, and each full
+    # collection walks the whole process (about 1 s of ResNet-50's frontier); what they leave is collected after
+    with collector_paused():
+        session = _Ways(model, data, **options)
+        chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
+        plain = session.predictor.explain(0, 1, batch_size)
+        source = session.predictor.plain_peak_source
+        plain_bytes = session.predictor.plain_peak_bytes(batch_size) if source else None
+        results, frontier = [], []
+        # without LMS, a peak read from the framework itself (``plain_peak_source``) may fill all but the
+        # allocator's share
+        plain_usable = int(capacity_bytes * (1 - MEASURED_HEADROOM)) if capacity_bytes and source and budget is None \
+            else usable
+        for name, tuned, magic in chosen:
+            refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
+            if refused:
+                results.append(ModeFit(name, None, None, None, None, magic, refused))
+                continue
+            session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
+            limit = usable if magic else plain_usable
+            results.append(_mode_fit(session, name, magic, batch_size, capacity_bytes, limit))
+            for size in sizes:
+                peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
+                fits = None if limit is None else peak_bytes <= limit
+                frontier.append(FrontierPoint(size, name, peak_bytes, ratio, fits))
+        return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
+                              getattr(session.predictor, "caveat", ""), plain_bytes, source, plain_usable)
 
 
 def _prediction(session, with_lms: bool, batch: int, capacity_bytes: int | None):

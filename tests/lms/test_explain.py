@@ -39,6 +39,25 @@ def test_the_peak_is_told_by_kind_and_by_the_layers_that_hold_it(devices):
     assert found.modes[0].fits and found.suggestion == ""  # 1 GiB holds it
 
 
+def test_explaining_leaves_the_garbage_collector_as_it_was_even_when_it_fails(devices):
+    """explain_fit pauses Python's collector while it traces and replays (a full collection walks the whole
+    process): on after it, off where the user had it off, on after an error."""
+    import gc
+
+    model = reference_cnn_small()
+    explain_fit(model, images(64, 32), batch_size=BATCH, capacity="1GiB", modes=("without LMS",), **OPTIONS)
+    assert gc.isenabled()
+    with pytest.raises(ValueError):  # data the model cannot take: the trace fails
+        explain_fit(model, (np.zeros((8, 7), "float32"), np.zeros(8)), batch_size=4, capacity="1GiB", **OPTIONS)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        explain_fit(model, images(64, 32), batch_size=BATCH, capacity="1GiB", modes=("without LMS",), **OPTIONS)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_the_largest_batches_are_where_the_predictions_cross_the_device(devices):
     model = reference_cnn_small()
     data = images(64, 32)

@@ -20,7 +20,7 @@ from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS
                     is_recompute_op,
                     is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
 from .partitions import nodes_from_partitions, swap_ins, swapped_in
-from .rewrite import TensorCandidate, sized_dims, static_bytes
+from .rewrite import Rescaled, TensorCandidate, sized_dims, static_bytes
 
 __all__ = ["TracedStep", "train_partitions", "executed_peaks"]
 
@@ -41,6 +41,20 @@ def _planned(swaps: list[TensorCandidate], names: dict | None = None) -> list[Sw
         tensor, consumers, trigger = names[id(item.tensor)]
         planned.append(Swap(tensor, consumers, trigger, item.candidate.nbytes))
     return planned
+
+
+def _bytes_at(name: str, dims: list | None, itemsize: int, batch_size) -> int:
+    """A tensor's bytes at ``batch_size`` (``rewrite.static_bytes`` from what it reads: 0 where unknown)."""
+    if dims is None:
+        return 0
+    dims = batch_size.dims(name, dims) if isinstance(batch_size, Rescaled) else \
+        [batch_size if dim is None else dim for dim in dims]
+    count = itemsize
+    for dim in dims:
+        if dim is None:
+            return 0
+        count *= dim
+    return count
 
 
 def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
@@ -95,7 +109,9 @@ class TracedStep:
         # the optimizer's ops come after the backward pass's last op in program order
         self.optimizer_after = max((index for index, op in enumerate(self.ops) if is_backward(op.name)), default=None)
         self._join_priority: dict[str, float] | None = None
-        self._swap_names: dict = {}  # the replay's swaps' names by tensor (_planned), shared with the steps ``at`` makes
+        self._swap_names: dict = {}  # the replay's swaps' names by tensor (_planned), shared with ``at``'s steps
+        self._sized_from: TracedStep | None = None  # the traced step this one is sized from (``at``)
+        self._outputs: list | None = None  # each op's outputs as read from TensorFlow (_output_table)
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
         """The same ops sized at another ``batch_size`` (a :class:`~.rewrite.Rescaled`): the ops' names, order and
@@ -103,6 +119,7 @@ class TracedStep:
         step = copy.copy(self)
         step.batch_size, step.input_bytes = batch_size, list(input_bytes)
         step._nodes = step._indexed = step._join_priority = None
+        step._sized_from = self._sized_from or self
         return step
 
     def indexed(self) -> IndexedGraph:
@@ -118,7 +135,22 @@ class TracedStep:
                 self._nodes = self._build_nodes()
         return self._nodes
 
+    def _output_table(self) -> list[tuple[bool, tuple]]:
+        """Each op's outputs as read from TensorFlow once: (whether they hold no buffer, each one's (name,
+        dimensions or None where its rank is unknown, item size))."""
+        if self._outputs is None:
+            self._outputs = [(op.type in FREE_OPS,
+                              tuple((t.name, t.shape.as_list() if t.shape.rank is not None else None, t.dtype.size)
+                                    for t in op.outputs)) for op in self.ops]
+        return self._outputs
+
     def _build_nodes(self) -> list[Node]:
+        if self._sized_from is not None:  # the traced step's nodes, each output at this step's size
+            return [Node(node.name, (0,) * len(outputs) if free else
+                         tuple(_bytes_at(name, dims, itemsize, self.batch_size) for name, dims, itemsize in outputs),
+                         node.inputs, node.control_inputs, node.on_device, node.alias_input, node.priority,
+                         node.forwards_input)
+                    for node, (free, outputs) in zip(self._sized_from.nodes(), self._sized_from._output_table())]
         nodes = []
         for index, op in enumerate(self.ops):
             outputs = tuple(0 if op.type in FREE_OPS else (static_bytes(t, self.batch_size) or 0) for t in op.outputs)

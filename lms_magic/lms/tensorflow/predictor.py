@@ -201,8 +201,8 @@ class StepPredictor(PrefixPredictions):
                         if tensor.shape.rank is not None}
             self._source = ((first.batch_size, first), (self._traced[1], dims)) if same else False
             rescaled = Rescaled(first.batch_size, first.batch_size, *self._source[1]) if same else None
-            if same and all(rescaled.linear(tensor.name, tensor.shape.as_list()) for op in first.ops
-                            for tensor in op.outputs if tensor.shape.rank is not None):
+            if same and all(rescaled.linear(name, dims) for _, outputs in first._output_table()
+                            for name, dims, _ in outputs if dims is not None):
                 # None where an in-place choice differed between the two traces: then no lines
                 self._coincidences = size_coincidences(first.batch_size, first.nodes(), self._traced[1],
                                                        second.nodes())

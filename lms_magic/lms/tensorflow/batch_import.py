@@ -92,11 +92,11 @@ def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
               if tensor.dtype not in (tf.resource, tf.variant) and tensor.shape.rank is not None}
     graph_def = graph.as_graph_def()
     _scale_batch(graph_def, traced, batch)
+    _variables_as_handles(graph, graph_def)
     imported = tf.Graph()
     try:
         with imported.as_default():
-            handles = _variable_handles(graph)
-            tf.graph_util.import_graph_def(graph_def, input_map=handles, name="imported")
+            tf.graph_util.import_graph_def(graph_def, name="imported")
     except (ValueError, TypeError, tf.errors.OpError):
         return None  # a constant scaled that was not the batch: shapes that cannot meet
     after = {tensor.name[len("imported/"):]: tensor.shape for op in imported.get_operations()
@@ -147,20 +147,25 @@ def _scale_batch(graph_def, traced: int, batch: int) -> None:
                     proto.CopyFrom(tf.make_tensor_proto(value))
 
 
-def _variable_handles(graph) -> dict:
-    """For each resource placeholder of ``graph`` (a captured variable), a handle of the same variable's shape and
-    dtype in the default graph, by the placeholder's tensor name: what the import reads the variable through."""
+def _variables_as_handles(graph, graph_def) -> None:
+    """Makes each resource placeholder of ``graph_def`` (a captured variable of ``graph``) a ``VarHandleOp`` of
+    the same variable's shape and dtype, in place: what the import's shape inference reads the variable through."""
     import tensorflow as tf
 
     from ... import internals
 
-    handles = {}
-    with tf.name_scope("variables"):
-        for op in graph.get_operations():
-            if op.type != "Placeholder" or op.outputs[0].dtype != tf.resource:
-                continue
-            variable = internals.variable_of_handle(op.outputs[0])
-            if variable is not None:
-                handles[op.outputs[0].name] = tf.raw_ops.VarHandleOp(dtype=variable[0], shape=variable[1],
-                                                                     shared_name=op.name)
-    return handles
+    variables = {}
+    for op in graph.get_operations():
+        if op.type == "Placeholder" and op.outputs[0].dtype == tf.resource:
+            variables[op.name] = internals.variable_of_handle(op.outputs[0])
+    for node in graph_def.node:
+        variable = variables.get(node.name) if node.op == "Placeholder" else None
+        if variable is None:
+            continue
+        dtype, shape = variable
+        node.op = "VarHandleOp"
+        node.ClearField("attr")
+        node.attr["dtype"].type = dtype.as_datatype_enum
+        node.attr["shape"].shape.CopyFrom(shape.as_proto())
+        node.attr["shared_name"].s = node.name.encode()
+        node.attr["container"].s = b""

@@ -180,15 +180,27 @@ class IndexedGraph:
         ready = [(priority[p], p, p) for p, count in enumerate(waiting) if count == 0]
         heapq.heapify(ready)
         readied, order = 0, []
+        append = order.append
         pop, push = heapq.heappop, heapq.heappush
-        while ready:
-            position = pop(ready)[2]
-            order.append(position)
+        following = None  # the node next: readied by the last one, below every other ready (a chain skips the heap)
+        while following is not None or ready:
+            position = pop(ready)[2] if following is None else following
+            append(position)
+            last = None
             for user in users[position]:
-                waiting[user] -= 1
-                if waiting[user] == 0:
+                left = waiting[user] - 1
+                waiting[user] = left
+                if not left:
                     readied += 1
-                    push(ready, (priority[user], -readied, user))
+                    if last is not None:
+                        push(ready, last)
+                    last = (priority[user], -readied, user)
+            following = None
+            if last is not None:
+                if not ready or last < ready[0]:
+                    following = last[2]
+                else:
+                    push(ready, last)
         if len(order) != len(change.nodes) - len(change.removed):
             ordered = set(order)
             stuck = next(node.name for p, node in enumerate(change.nodes) if p not in change.removed and p not in ordered)

@@ -1,13 +1,35 @@
-"""The liveness walk written plainly (each tensor a (name, index) key, the live bytes counted as it goes): the
-reference the replay's engine (core/indexed.py, numbered and flat for speed) is held to."""
+"""The execution order and the liveness walk written plainly (the ready nodes searched, each tensor a (name,
+index) key, the live bytes counted as it goes): the reference the replay's engine (core/indexed.py, numbered,
+flat and heap-ordered for speed) is held to."""
 
-from lms_magic.lms.core.indexed import IndexedGraph, Node, Replay
+from lms_magic.lms.core.indexed import Node, Replay
+
+
+def reference_order(nodes: list[Node]) -> list[int]:
+    """The positions of ``nodes`` as the executor's rule runs them: of the ready nodes (every data and control
+    input from the graph run), the lowest priority; among equals, the one readied last, and any readied before
+    any ready from the start, those by position."""
+    index = {node.name: position for position, node in enumerate(nodes)}
+    preds = [{index[name] for name, _ in node.inputs if name in index} | {index[name] for name in node.control_inputs
+                                                                        if name in index} for node in nodes]
+    ready = {position: (nodes[position].priority, position) for position, sources in enumerate(preds) if not sources}
+    done, order, readied = set(), [], 0
+    while ready:
+        position = min(ready, key=lambda p: (ready[p], p))
+        del ready[position]
+        done.add(position)
+        order.append(position)
+        for user, sources in enumerate(preds):  # users in node order: the tie-break of those readied together
+            if position in sources and user not in done and user not in ready and sources <= done:
+                readied += 1
+                ready[user] = (nodes[user].priority, -readied)
+    return order
 
 
 def reference_replay(nodes: list[Node], persistent_bytes: int = 0, resized: list[tuple[int, ...]] | None = None) -> Replay:
     """The explained replay of ``nodes`` in the engine's execution order; ``resized``: the bytes of each node's
     outputs at other sizes, the order, buffers and frees kept."""
-    order = [nodes[position] for position in IndexedGraph(nodes).order()]
+    order = [nodes[position] for position in reference_order(nodes)]
     sizes = dict(zip((node.name for node in nodes), resized)) if resized is not None else None
     readers: dict[tuple[str, int], int] = {}
     for node in nodes:

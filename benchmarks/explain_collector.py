@@ -8,7 +8,6 @@ fresh process, alternately; the backend from ``KERAS_BACKEND``.
 
 import argparse
 import contextlib
-import os
 import resource
 import subprocess
 import sys

@@ -278,8 +278,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     else:
         capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
         usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    # the collector paused throughout: its traces and replays make millions of short-lived objects, and each full
-    # collection walks the whole process (about 1 s of ResNet-50's frontier); what they leave is collected after
+    # the collector paused throughout: the traces and replays make millions of short-lived objects, and each full
+    # collection walks the whole process; what they leave is collected after
     with collector_paused():
         session = _Ways(model, data, **options)
         chosen = [mode for mode in MODES if modes is None or mode[0] in modes]

@@ -114,7 +114,7 @@ class IndexedGraph:
         buffer (aliasing or in place)."""
         if self._walked:
             return
-        self._device_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in self.nodes]
+        self._device_bytes = device_bytes_of(self.nodes)
         self._first = _firsts(self._device_bytes, 0)
         self._flat_bytes = [n_bytes for sizes in self._device_bytes for n_bytes in sizes]
         self._flat_data = [_numbered(inputs, self._first) for inputs in self._data]
@@ -260,7 +260,7 @@ class _Change:
     def _walk_arrays(self, graph: IndexedGraph, base: int, added: list[Node], removed: set[int]) -> None:
         """The walk's flat arrays (``IndexedGraph._walk_arrays``) of the graph as changed, each with one more
         tensor at the end: what an input from outside the graph (numbered -1) reads, never freed."""
-        added_bytes = [node.outputs if node.on_device else (0,) * len(node.outputs) for node in added]
+        added_bytes = device_bytes_of(added)
         self.first = graph._first[:-1] + _firsts(added_bytes, graph._first[-1]) if added else graph._first
         self.flat_bytes = graph._flat_bytes + [n_bytes for sizes in added_bytes for n_bytes in sizes] + [0]
         self.shares = graph._shares + [shares(node) for node in added] if added else graph._shares
@@ -287,6 +287,11 @@ class _Change:
         if source not in self.users:
             self.users[source] = list(graph._users[source])
         return self.users[source]
+
+
+def device_bytes_of(nodes: list[Node]) -> list[tuple[int, ...]]:
+    """The bytes each node's outputs hold on the device (0 for a node off it)."""
+    return [node.outputs if node.on_device else (0,) * len(node.outputs) for node in nodes]
 
 
 def _firsts(device_bytes: list[tuple[int, ...]], first: int) -> list[int]:

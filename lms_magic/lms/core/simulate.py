@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .indexed import GraphCycleError, IndexedGraph, Node, Replay  # noqa: F401 (re-exported: the replay's words)
+from .indexed import device_bytes_of
 
 
 @contextlib.contextmanager
@@ -197,8 +198,7 @@ def replay_with_swaps(graph: IndexedGraph, swaps: list[Swap], persistent_bytes: 
         other_extra = _swap_nodes(other_swaps, lambda name: 0.0)[0]
         if other.index != graph.index or [node.name for node in other_extra] != [node.name for node in extra]:
             raise ValueError("resized: the same graph and swaps at other sizes (the same names, in the same order)")
-        resized = other.device_bytes() + [node.outputs if node.on_device else (0,) * len(node.outputs)
-                                          for node in other_extra]
+        resized = other.device_bytes() + device_bytes_of(other_extra)
     return graph.replay(persistent_bytes, explain, added=extra, rewired=rewired, resized=resized)
 
 

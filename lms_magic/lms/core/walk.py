@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 
 def shares(node) -> tuple[int | None, bool] | None:
-    """How an output of ``node`` (a ``core.indexed.Node``) may share an input's buffer: (the aliased input, as ``Node.alias_input``;
-    whether output 0 may take an input's in place); None where it may not."""
+    """How an output of ``node`` (a ``core.indexed.Node``) may share an input's buffer: (the aliased input, as
+    ``Node.alias_input``; whether output 0 may take an input's in place); None where it may not."""
     in_place = node.forwards_input and node.on_device
     return (node.alias_input, in_place) if node.alias_input is not None or in_place else None
 
@@ -67,11 +67,11 @@ class Walked:
 
 def walk(change, order: list[int]) -> Walked:
     """The liveness walk over ``order`` (simulate.replay's rules): each tensor's buffer, and when each buffer is
-    allocated and freed. Every output allocates a buffer of its own unless it shares an input's (:func:`shares`); a
-    buffer is freed after the step of its last reader, or at once where nobody reads it."""
+    allocated and freed. Every output allocates a buffer of its own unless it shares an input's (:func:`shares`);
+    a buffer is freed after the step of its last reader, or at once where nobody reads it."""
     import numpy as np
 
-    first, flat_bytes, shares, nodes = change.first, change.flat_bytes, change.shares, change.nodes
+    first, flat_bytes, sharing, nodes = change.first, change.flat_bytes, change.shares, change.nodes
     data, changed = change.flat_data, change.flat_inputs
     count = len(flat_bytes)  # the tensors, and the one outside the graph (last: -1)
     buffer_of = list(range(count))
@@ -83,7 +83,7 @@ def walk(change, order: list[int]) -> Walked:
         inputs = get(position)
         if inputs is None:
             inputs = data[position]
-        share = shares[position]
+        share = sharing[position]
         if share is not None:  # an output may take an input's buffer: an aliased input's, or one taken in place
             alias, in_place_too = share
             start = first[position]
@@ -119,4 +119,3 @@ def walk(change, order: list[int]) -> Walked:
     unread = np.asarray(change.readers[:tensors], dtype=np.int64) == 0
     freed_at = np.where(freed_at >= 0, freed_at, np.where(unread, allocated, len(order)))
     return Walked(owned, allocated, freed_at, len(order), in_place)
-

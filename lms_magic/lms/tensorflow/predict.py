@@ -20,7 +20,7 @@ from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS
                     is_recompute_op,
                     is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
 from .partitions import nodes_from_partitions, swap_ins, swapped_in
-from .rewrite import Rescaled, TensorCandidate, sized_dims, static_bytes
+from .rewrite import TensorCandidate, bytes_of, dims_sized, sized_dims, static_bytes
 
 __all__ = ["TracedStep", "train_partitions", "executed_peaks"]
 
@@ -41,20 +41,6 @@ def _planned(swaps: list[TensorCandidate], names: dict | None = None) -> list[Sw
         tensor, consumers, trigger = names[id(item.tensor)]
         planned.append(Swap(tensor, consumers, trigger, item.candidate.nbytes))
     return planned
-
-
-def _bytes_at(name: str, dims: list | None, itemsize: int, batch_size) -> int:
-    """A tensor's bytes at ``batch_size`` (``rewrite.static_bytes`` from what it reads: 0 where unknown)."""
-    if dims is None:
-        return 0
-    dims = batch_size.dims(name, dims) if isinstance(batch_size, Rescaled) else \
-        [batch_size if dim is None else dim for dim in dims]
-    count = itemsize
-    for dim in dims:
-        if dim is None:
-            return 0
-        count *= dim
-    return count
 
 
 def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
@@ -144,16 +130,22 @@ class TracedStep:
                                     for t in op.outputs)) for op in self.ops]
         return self._outputs
 
+    def _output_bytes(self) -> list[tuple[int, ...]]:
+        """Each op's outputs' bytes at this step's batch size (0 where unknown or where they hold no buffer),
+        from the traced step's outputs as read once."""
+        return [(0,) * len(outputs) if free else
+                tuple(0 if dims is None else bytes_of(dims_sized(name, dims, self.batch_size), itemsize) or 0
+                      for name, dims, itemsize in outputs)
+                for free, outputs in (self._sized_from or self)._output_table()]
+
     def _build_nodes(self) -> list[Node]:
-        if self._sized_from is not None:  # the traced step's nodes, each output at this step's size
-            return [Node(node.name, (0,) * len(outputs) if free else
-                         tuple(_bytes_at(name, dims, itemsize, self.batch_size) for name, dims, itemsize in outputs),
-                         node.inputs, node.control_inputs, node.on_device, node.alias_input, node.priority,
-                         node.forwards_input)
-                    for node, (free, outputs) in zip(self._sized_from.nodes(), self._sized_from._output_table())]
+        sizes = self._output_bytes()
+        if self._sized_from is not None:  # the traced step's nodes (order, edges, priorities), at this step's sizes
+            return [Node(node.name, outputs, node.inputs, node.control_inputs, node.on_device, node.alias_input,
+                         node.priority, node.forwards_input) for node, outputs in zip(self._sized_from.nodes(), sizes)]
         nodes = []
         for index, op in enumerate(self.ops):
-            outputs = tuple(0 if op.type in FREE_OPS else (static_bytes(t, self.batch_size) or 0) for t in op.outputs)
+            outputs = sizes[index]
             # Shape ops read metadata only: they hold no buffer (TensorFlow runs or folds them early).
             inputs = () if op.type in SHAPE_OPS else tuple((t.op.name, t.value_index) for t in op.inputs)
             nodes.append(Node(op.name, outputs, inputs, tuple(c.name for c in op.control_inputs),

@@ -112,28 +112,35 @@ class Rescaled:
         return lines
 
 
-def sized_dims(tensor, batch_size) -> list:
-    """``tensor``'s dimensions at ``batch_size``: an int or None fills the unknown ones; a :class:`Rescaled`
-    reads them as at its batch."""
-    dims = tensor.shape.as_list()
+def dims_sized(name: str, dims: list, batch_size) -> list:
+    """A tensor's dimensions as traced (``name``'s ``dims``, None where unknown) at ``batch_size``: an int or None
+    fills the unknown ones; a :class:`Rescaled` reads them as at its batch."""
     if isinstance(batch_size, Rescaled):
-        return batch_size.dims(tensor.name, dims)
+        return batch_size.dims(name, dims)
     return [batch_size if dim is None else dim for dim in dims]
+
+
+def bytes_of(dims: list, itemsize: int) -> int | None:
+    """The bytes of a tensor of ``dims`` and ``itemsize``; None where a dimension is unknown."""
+    count = itemsize
+    for dim in dims:
+        if dim is None:
+            return None
+        count *= dim
+    return count
+
+
+def sized_dims(tensor, batch_size) -> list:
+    """``tensor``'s dimensions at ``batch_size`` (:func:`dims_sized`)."""
+    return dims_sized(tensor.name, tensor.shape.as_list(), batch_size)
 
 
 def static_bytes(tensor, batch_size) -> int | None:
     """The tensor's bytes, its unknown dimensions sized as ``batch_size`` (see :func:`sized_dims`); None where
     its shape is not known."""
-    shape = tensor.shape
-    if shape.rank is None:
+    if tensor.shape.rank is None:
         return None
-    dims = sized_dims(tensor, batch_size)
-    if any(dim is None for dim in dims):
-        return None
-    count = 1
-    for dim in dims:
-        count *= dim
-    return count * tensor.dtype.size
+    return bytes_of(sized_dims(tensor, batch_size), tensor.dtype.size)
 
 
 def split_by_replica(ops) -> dict[str, tuple[list, list]]:
@@ -252,13 +259,8 @@ def resized(items: list[TensorCandidate], batch_size, memo: dict | None = None) 
         if id(item) not in memo:  # the items outlive the memo: their numbers are theirs
             memo[id(item)] = (item.tensor.name, item.tensor.shape.as_list(), item.tensor.dtype.size)
         name, dims, itemsize = memo[id(item)]
-        dims = batch_size.dims(name, dims) if isinstance(batch_size, Rescaled) else \
-            [batch_size if dim is None else dim for dim in dims]
-        count = 1
-        for dim in dims:
-            count = None if count is None or dim is None else count * dim
-        candidate = dataclasses.replace(item.candidate, shape=tuple(dims),
-                                        nbytes=None if count is None else count * itemsize)
+        dims = dims_sized(name, dims, batch_size)
+        candidate = dataclasses.replace(item.candidate, shape=tuple(dims), nbytes=bytes_of(dims, itemsize))
         return dataclasses.replace(item, candidate=candidate, mirrors=[one(mirror) for mirror in item.mirrors])
 
     return [one(item) for item in items]

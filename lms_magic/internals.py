@@ -110,9 +110,41 @@ def build_before_trace(model, element_spec) -> bool:
     if not all(layer.built for layer in model._flatten_layers()):
         return False
     try:
-        return build_for_training(model, element_spec)
+        return _built_from_outputs(model, element_spec) or build_for_training(model, element_spec)
     except Exception:  # a best effort: the first trace builds what this did not
         return False
+
+
+def _built_from_outputs(model, element_spec) -> bool:
+    """``Trainer._symbolic_build`` without the symbolic forward pass: the metrics and loss built on the outputs
+    a Functional (or a Sequential's) graph holds; False (nothing built) for any other model, or outputs whose
+    dimensions past the first are not all known."""
+    import keras
+    from keras.src.models.functional import Functional
+    from keras.src.trainers import data_adapters
+
+    graph = model._functional if type(model).call is keras.Sequential.call else model
+    if not isinstance(graph, Functional) or type(graph).call is not Functional.call:
+        return False
+    outputs = graph._outputs_struct
+    flat = keras.tree.flatten(outputs)
+    if not all(None not in tuple(tensor.shape)[1:] for tensor in flat):
+        return False
+    batch = keras.tree.map_structure(lambda spec: keras.KerasTensor(spec.shape, spec.dtype.name), element_spec)
+    x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(batch)
+    first = keras.tree.flatten(x)[0].shape[0]
+    y_pred = keras.tree.map_structure(
+        lambda tensor: keras.KerasTensor((first if tensor.shape[0] is None else tensor.shape[0], *tensor.shape[1:]),
+                                         tensor.dtype), outputs)
+    compute_output_spec = keras.src.backend.compute_output_spec
+    if model._compile_metrics is not None and not model._compile_metrics.built:
+        compute_output_spec(model.compute_metrics, x, y, y_pred, sample_weight=sample_weight)
+    if model._compile_loss is not None and not model._compile_loss.built:
+        compute_output_spec(model._compute_loss, x, y, y_pred, sample_weight=sample_weight, training=False)
+    if model.optimizer is not None and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    getattr(model, "_post_build", lambda: None)()
+    return True
 
 
 def _graphs_of(model) -> list:

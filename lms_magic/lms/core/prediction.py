@@ -72,7 +72,8 @@ class PrefixPredictions:
         return len(eligible) if n_tensors == -1 else min(max(int(n_tensors), 0), len(eligible))
 
     def _peak(self, lb: int, batch_size: int, count: int) -> int:
-        return self.persistent_bytes + self.transient_peak(lb, batch_size, count)
+        transient = self.transient_peak(lb, batch_size, count)  # first: a trace may build what persistent_bytes reads
+        return self.persistent_bytes + transient
 
     def predict(self, n_tensors: int | None = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
         """The predicted peak with the first ``n_tensors`` candidates moved (-1: all; None: LMS's default plan)."""

@@ -39,7 +39,12 @@ class StepPredictors:
     def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False):
         """The predictor for these options (made once). On TensorFlow it reads every batch size off two steps
         (``StepPredictor.rescale_batches``): a trace at a prime near the batch asked for first, and that batch sized
-        from it; a new one on the batch slider is then instant."""
+        from it; a new one on the batch slider is then instant. ``lean_ops`` on a model with no layer it changes
+        (no ``BatchNormalization``) is the step without it: that predictor."""
+        from .lean import lean_layers
+
+        if lean_ops and not lean_layers(self.model):
+            lean_ops = False
         key = (lean_ops, order_backward, recompute)
         if key not in self._made:
             made = self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)

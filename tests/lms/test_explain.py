@@ -135,6 +135,23 @@ def test_the_frontier_gives_each_way_at_each_batch_and_the_largest_at_speed(devi
         explain_fit(model, data, batch_size=BATCH, capacity=capacity, speed_target=90, **OPTIONS)
 
 
+def test_lean_ops_on_a_model_without_batch_normalization_is_traced_once(devices, monkeypatch):
+    """lean_ops changes BatchNormalization's gradient only: on a model without one its step is the step with LMS
+    alone, traced once for both, with the same figures."""
+    from lms_magic.lms.tensorflow.predictor import StepPredictor
+
+    traced = []
+    trace = StepPredictor._trace
+    monkeypatch.setattr(StepPredictor, "_trace", lambda self, batch: traced.append(self.lean_ops) or trace(self, batch))
+    found = explain_fit(reference_cnn_small(), images(64, 32), batch_size=BATCH, capacity="4MiB",
+                        modes=("LMS", "LMS, lean_ops"), batch_sizes=(16, 64), **OPTIONS)
+    assert traced == [False]
+    lms, lean = found.modes
+    assert (lms.peak_bytes, lms.largest_batch, lms.step_ratio) == (lean.peak_bytes, lean.largest_batch, lean.step_ratio)
+    assert [(p.peak_bytes, p.fits) for p in found.frontier if p.mode == "LMS"] == \
+        [(p.peak_bytes, p.fits) for p in found.frontier if p.mode == "LMS, lean_ops"]
+
+
 def test_an_lms_fit_that_runs_out_of_memory_says_why_above_the_error(devices, capsys):
     """In plain Python, with LMS() in the callbacks: a step that runs out of device memory (a layer asking for 1 TiB)
     prints what filled it, then TensorFlow's error comes through unchanged."""

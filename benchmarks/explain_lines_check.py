@@ -5,9 +5,12 @@ keras.applications models, no weights, SGD with momentum; two predictors of one 
 them. Compared: the predicted peak with 0, 1, a third, half, all but one and all candidates moved, at 9 batch
 sizes (the two traced among them). Printed per model: whether its peaks are read off lines (every tensor linear
 in the batch; else both replay; where the two traces differ, each batch size is traced), the count compared and
-differing, and the seconds each took (base replays included).
+differing, and the seconds each took (base replays included). ``gpt2:N`` or ``bert:N``: a KerasHub backbone from a
+config (tests/hub.py, 4 layers, hidden 256, N tokens, AdamW); ``--min-bytes``: the candidates' size filter (LMS's
+default is 64 KiB: then more tensors are eligible at larger batch sizes than at the two traced).
 
     python benchmarks/explain_lines_check.py --models ResNet50:224 DenseNet121:64 MobileNetV2:96 EfficientNetB0:64
+    python benchmarks/explain_lines_check.py --models gpt2:256 bert:256 MobileNetV2:96 --min-bytes 65536
 """
 
 import argparse
@@ -22,22 +25,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["ResNet50:224", "DenseNet121:64", "MobileNetV2:96",
                                                         "EfficientNetB0:64"])
+    parser.add_argument("--min-bytes", type=int, default=0)
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     import keras
     import numpy as np
 
+    from lms_magic.lms.core.plan import Selection
     from lms_magic.lms.tensorflow.predictor import StepPredictor
 
     for spec in args.models:
         name, size = spec.split(":")
         size = int(size)
-        model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
-        model.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
-        data = (np.zeros((2, size, size, 3), "float32"), np.zeros(2, "int32"))
+        if name in ("gpt2", "bert"):
+            from tests.hub import language_model, tokens
+
+            model, data = language_model(name, layers=4, hidden=256, sequence=size), tokens(name, n=2, sequence=size)
+        else:
+            model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
+            model.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+            data = (np.zeros((2, size, size, 3), "float32"), np.zeros(2, "int32"))
 
         def made():
-            predictor = StepPredictor(model, data)
+            predictor = StepPredictor(model, data, Selection(min_bytes=args.min_bytes))
             predictor.rescale_batches = True
             predictor.trace(64)
             predictor.trace(156)
@@ -63,7 +73,8 @@ def main() -> None:
                     print(f"  differs: batch {batch}, {moved} moved: {got} against {expected}")
         how = ("the two traces differ (every batch size traced)" if lined._rescale_source() is None else
                f"peaks read off lines: {lined._coincidences is not None}")
-        print(f"{name} {size}x{size}: {how}; {compared} predictions compared, "
+        shape = f"{size} tokens" if name in ("gpt2", "bert") else f"{size}x{size}"
+        print(f"{name} {shape}, min_bytes {args.min_bytes}: {how}; {compared} predictions compared, "
               f"{differ} differ; read off lines {lines_s:.1f} s, replayed {replays_s:.1f} s", flush=True)
 
 

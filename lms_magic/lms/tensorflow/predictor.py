@@ -111,8 +111,9 @@ class StepPredictor(PrefixPredictions):
         # where the peaks are read off lines (every tensor of the two traces grows linearly with the batch, and
         # in place as at both): the batch sizes the lines do not serve (core/batch_lines.py); else None
         self._coincidences: set[int] | None = None
-        self._lines: dict[tuple[int, int], object] = {}  # (lb, count) -> LiveLines (or None: not lines)
-        self._shared: dict[tuple[int, int], int] = {}  # (lb, batch) -> its first candidates that the traces' are
+        self._lines: dict[tuple, object] = {}  # (lb, the moved tensors' names) -> LiveLines (or None: not lines)
+        self._found_at_batch: dict[tuple[int, int], list] = {}  # (lb, batch) -> every candidate, eligible or not
+        self._by_name: dict[tuple[int, int], dict] = {}  # (lb, traced batch) -> its candidates by tensor name
 
     @property
     def _persistent(self) -> list:
@@ -225,19 +226,30 @@ class StepPredictor(PrefixPredictions):
     def _live_lines(self, lb: int, batch_size: int, count: int):
         """The live bytes of the step with the first ``count`` candidates moved as lines in the batch size
         (``core/batch_lines.py``), where ``batch_size`` is read off the first two traces (or is one of them: the
-        lines there are the walk's own bytes, and the second's from the same order, buffers and in-place choices),
-        every tensor grows linearly with the batch, and its first ``count`` candidates are the traces'; else None
-        (a replay)."""
+        lines there are the walk's own bytes, and the second's from the same order, buffers and in-place choices)
+        and every tensor grows linearly with the batch; else None (a replay). The lines are those of the tensors
+        moved, by name: every batch size that moves the same ones shares them (a tensor below ``min_bytes`` at
+        one batch size and eligible at another is moved in the traces' steps too)."""
         source = self._rescale_source() if self.rescale_batches and not self.order_backward else None
         if source is None or self._coincidences is None or batch_size in self._coincidences:
             return None
         (first, _), (second, _) = source
-        if count > self._shared_candidates(lb, batch_size, first, second):
-            return None
-        key = (lb if count else 0, count)
+        names = tuple(item.candidate.tensor for item in self.candidates(lb, batch_size)[:count])
+        key = (lb if count else 0, names)  # with nothing moved, lb changes nothing
         if key not in self._lines:
-            self._lines[key] = resized_lines(first, self._replay(lb, first, count, resized_to=second), second)
+            moved = [self._moved(lb, batch, names) for batch in (first, second)]
+            self._lines[key] = None if None in moved else resized_lines(first, self._plain[first].replay(
+                moved[0], explain=True, resized=(self._plain[second], moved[1])), second)
         return self._lines[key]
+
+    def _moved(self, lb: int, batch_size: int, names: tuple) -> list | None:
+        """The candidates of these tensor names at ``batch_size``, eligible or not; None where one is not a
+        candidate there."""
+        key = (lb, batch_size)
+        if key not in self._by_name:
+            self._by_name[key] = {item.candidate.tensor: item for item in self._found_at(lb, batch_size)}
+        by_name = self._by_name[key]
+        return [by_name[name] for name in names] if all(name in by_name for name in names) else None
 
     def candidates(self, lb: int, batch_size: int) -> list:
         """The eligible candidates (TensorCandidate) at this ``lb`` and batch size, in forward order."""
@@ -245,6 +257,15 @@ class StepPredictor(PrefixPredictions):
         whole_number("batch_size", batch_size, 1)
         key = (lb, batch_size)
         if key not in self._candidates:
+            found = self._found_at(lb, batch_size)
+            by_tensor = {item.candidate.tensor: item for item in found}
+            self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
+        return self._candidates[key]
+
+    def _found_at(self, lb: int, batch_size: int) -> list:
+        """Every candidate at this ``lb`` and batch size, the filters apart, in forward order (memoised)."""
+        key = (lb, batch_size)
+        if key not in self._found_at_batch:
             step = self.trace(batch_size)
             if not isinstance(step.batch_size, Rescaled):
                 found = self._found(lb, step, self._orders.get(batch_size))
@@ -253,9 +274,8 @@ class StepPredictor(PrefixPredictions):
                     self._found_off_traces[lb] = (self._found(lb, step), {})
                 traced, memo = self._found_off_traces[lb]
                 found = resized(traced, step.batch_size, memo)
-            by_tensor = {item.candidate.tensor: item for item in found}
-            self._candidates[key] = [by_tensor[c.tensor] for c in self.selection.eligible(c.candidate for c in found)]
-        return self._candidates[key]
+            self._found_at_batch[key] = found
+        return self._found_at_batch[key]
 
     def _found(self, lb: int, step: TracedStep, order=None) -> list:
         """``find_candidates``' candidates of ``step`` (with ``recompute="only"``, as the backend plans it: the
@@ -266,30 +286,16 @@ class StepPredictor(PrefixPredictions):
             found = [item for item in found if item.tensor.name in recomputable]
         return found
 
-    def _replay(self, lb: int, batch_size: int, count: int, resized_to: int | None = None):
-        """The explained replay with the first ``count`` candidates moved (memoised); with ``resized_to``, another
-        traced batch size, it has the live bytes there too (``resized_live_bytes``)."""
+    def _replay(self, lb: int, batch_size: int, count: int):
+        """The explained replay with the first ``count`` candidates moved (memoised)."""
         key = (lb if count else 0, batch_size, count)  # with nothing swapped, lb changes nothing
-        if key not in self._replays or resized_to is not None and self._replays[key].resized_live_bytes is None:
-            def step_at(batch: int):
-                return self.trace(batch) if count else self._plain[batch]
-
-            other = None if resized_to is None else (step_at(resized_to), self.candidates(lb, resized_to)[:count])
-            self._replays[key] = step_at(batch_size).replay(self.candidates(lb, batch_size)[:count], explain=True,
-                                                            resized=other)
+        if key not in self._replays:
+            step = self.trace(batch_size) if count else self._plain[batch_size]
+            self._replays[key] = step.replay(self.candidates(lb, batch_size)[:count], explain=True)
         return self._replays[key]
 
     def eligible(self, lb: int, batch_size: int) -> list:
         return [item.candidate for item in self.candidates(lb, batch_size)]
-
-    def _shared_candidates(self, lb: int, batch_size: int, first: int, second: int) -> int:
-        """How many of the first candidates at ``batch_size`` are those at both traced batch sizes (memoised)."""
-        key = (lb, batch_size)
-        if key not in self._shared:
-            names = [[item.candidate.tensor for item in self.candidates(lb, batch)] for batch in (batch_size, first, second)]
-            self._shared[key] = next((position for position, same in enumerate(zip(*names)) if len(set(same)) > 1),
-                                     min(map(len, names)))
-        return self._shared[key]
 
     def transient_peak(self, lb: int, batch_size: int, count: int) -> int:
         lines = self._live_lines(lb, batch_size, count)

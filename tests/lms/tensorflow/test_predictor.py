@@ -24,11 +24,11 @@ def attention():
     return keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
 
 
-def predictors(build):
+def predictors(build, min_bytes=0):
     model = build()
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     sample = (np.zeros((2,) + tuple(model.input_shape[1:]), "float32"), np.zeros(2, "int32"))
-    return (StepPredictor(model, sample, Selection(min_bytes=0), DEVICES.host) for _ in range(2))
+    return (StepPredictor(model, sample, Selection(min_bytes=min_bytes), DEVICES.host) for _ in range(2))
 
 
 def assert_same_predictions(exact, rescaled, batch):
@@ -69,3 +69,17 @@ def test_the_batch_asked_for_is_sized_off_one_trace_at_a_prime(devices, build):
     assert traced > 8 and is_prime(traced) and imported == 8
     assert isinstance(rescaled.trace(8).batch_size, Rescaled) and not isinstance(rescaled.trace(traced).batch_size,
                                                                                  Rescaled)
+
+
+def test_tensors_eligible_at_larger_batches_only_are_read_off_lines_too(devices):
+    """With ``min_bytes`` (LMS's default is 64 KiB), the attention block's (batch, 24, 32) tensors are below it at the
+    batch sizes traced and above it at 64: moved there, and in the traces' steps for the lines, to the byte."""
+    exact, rescaled = predictors(attention, min_bytes=40 * 1024)
+    rescaled.rescale_batches = True
+    for batch in (8, 64, 200):
+        assert_same_predictions(exact, rescaled, batch)
+    traced, imported = rescaled._traced
+    small = {item.candidate.tensor for item in rescaled.candidates(1, traced)}
+    large = [item.candidate.tensor for item in rescaled.candidates(1, 64)]
+    assert not set(large) <= small  # more are eligible at 64 than at the batch sizes traced
+    assert rescaled._live_lines(1, 64, len(large)) is not None

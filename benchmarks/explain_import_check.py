@@ -6,8 +6,11 @@ a prime from 64 up, batch 64 imported from it, the others read off those two), o
 Compared at batch sizes 64, 1, 7, 100 and 333: the predicted peak with nothing and with every candidate moved, LMS's
 plan for a device of 90% of the plain peak, the candidates' names and the FLOP estimate. Printed per model: the
 batch traced, whether the import was refused (then traced), the predictions compared and those that differ.
+``--lean-ops``: both predictors with ``lean_ops``, the one read off made as ``explain_fit`` makes it after the step
+without (sized by the same rule where that step was imported: ``StepPredictor.sized_like``).
 
     python benchmarks/explain_import_check.py
+    python benchmarks/explain_import_check.py --lean-ops --models ResNet50 DenseNet121 MobileNetV2 EfficientNetB0
 """
 
 import argparse
@@ -57,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["ResNet50", "DenseNet121", "MobileNetV2", "EfficientNetB0",
                                                         "GPT-2", "BERT", "LSTM"])
+    parser.add_argument("--lean-ops", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from lms_magic.lms.core.plan import Selection
@@ -65,8 +69,17 @@ def main() -> None:
 
     for name, build in models(args.models).items():
         model, sample = build()
-        exact, read_off = (StepPredictor(model, sample, Selection(min_bytes=0)) for _ in range(2))
+        exact, read_off = (StepPredictor(model, sample, Selection(min_bytes=0), lean_ops=args.lean_ops)
+                           for _ in range(2))
         read_off.rescale_batches = True
+        how = "imported"
+        if args.lean_ops:
+            without = StepPredictor(model, sample, Selection(min_bytes=0))
+            without.rescale_batches = True
+            without.eligible(1, BATCHES[0])
+            read_off.sized_like(without)
+            if isinstance(without.trace(BATCHES[0]).batch_size, Rescaled):
+                how = "sized as the step without lean_ops was"
         started = time.perf_counter()
         read_off.eligible(1, BATCHES[0])
         first_s = time.perf_counter() - started
@@ -86,7 +99,7 @@ def main() -> None:
                 if expected != got:
                     differ.append(f"{what} at {batch}")
         print(f"{name}: traced at {read_off._traced[0]}, batch {BATCHES[0]} "
-              f"{'imported' if imported else 'traced (the import refused)'} ({first_s:.1f} s for both); "
+              f"{how if imported else 'traced (the import refused)'} ({first_s:.1f} s for both); "
               f"{compared} predictions compared, {len(differ)} differ {differ[:4]}", flush=True)
 
 

@@ -53,6 +53,9 @@ class StepPredictors:
             traced = self._made.get((lean_ops, order_backward, False))
             if recompute and traced is not None and hasattr(made, "share_traces"):  # the same step, moved otherwise
                 made.share_traces(traced)
+            without = self._made.get((False, order_backward, recompute))
+            if lean_ops and without is not None and hasattr(made, "sized_like"):  # sized by the same rule
+                made.sized_like(without)
         return self._made[key]
 
 

@@ -81,15 +81,32 @@ def prime_batch(batch: int, fixed_dims: Iterable[int]) -> int:
     return candidate
 
 
+def scaled(size: int, traced: int, batch: int) -> int:
+    """A dimension at ``batch`` as the import reads it: a multiple of the prime ``traced`` is the same multiple of
+    ``batch``, any other the model's.
+
+    Example:
+        >>> scaled(67 * 24, 67, 64), scaled(3, 67, 64), scaled(-1, 67, 64)
+        (1536, 3, -1)
+    """
+    return size // traced * batch if size > 0 and size % traced == 0 else size
+
+
+def traced_dims(graph) -> dict[str, list]:
+    """Each sized tensor's dimensions (by name) in ``graph``, as traced (None where unknown)."""
+    import tensorflow as tf
+
+    return {tensor.name: tensor.shape.as_list() for op in graph.get_operations() for tensor in op.outputs
+            if tensor.dtype not in (tf.resource, tf.variant) and tensor.shape.rank is not None}
+
+
 def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
     """Each tensor's dimensions (by name) of ``graph``, a train step traced at the prime ``traced``, at
     ``batch``: from TensorFlow's shape inference on its GraphDef with the batch scaled; None where they cannot
-    be had that way (the import fails, a shape is unknown, or a dimension does not grow with the batch as a
-    multiple of it)."""
+    be had that way (the import fails, a shape is unknown, or a dimension is not :func:`scaled`'s)."""
     import tensorflow as tf
 
-    before = {tensor.name: tensor.shape.as_list() for op in graph.get_operations() for tensor in op.outputs
-              if tensor.dtype not in (tf.resource, tf.variant) and tensor.shape.rank is not None}
+    before = traced_dims(graph)
     graph_def = graph.as_graph_def()
     _scale_batch(graph_def, traced, batch)
     _variables_as_handles(graph, graph_def)
@@ -110,13 +127,22 @@ def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
     return dims
 
 
+def dims_scaled(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
+    """What :func:`dims_at` gives where its check holds, without the import: each dimension :func:`scaled`. For a
+    step whose every op but those of a gradient written to follow the batch (``lean.lean_batch_norm``'s) is in a
+    step :func:`dims_at` sized at this batch. None where a dimension is unknown at the trace."""
+    dims = traced_dims(graph)
+    if any(None in shape for shape in dims.values()):
+        return None
+    return {name: [scaled(size, traced, batch) for size in shape] for name, shape in dims.items()}
+
+
 def _grows_with_batch(first: list, second: list, traced: int, batch: int) -> bool:
-    """Whether each dimension is the model's (not a multiple of ``traced``, unchanged) or the batch's
-    (``k * traced`` at the trace, ``k * batch`` after); one unknown at the trace is read as the batch, whatever
-    it is after (``rewrite.Rescaled``)."""
-    return len(first) == len(second) and all(
-        before is None or after == (before // traced * batch if before % traced == 0 and before else before)
-        for before, after in zip(first, second))
+    """Whether each dimension is :func:`scaled`'s: the model's (not a multiple of ``traced``, unchanged) or the
+    batch's (``k * traced`` at the trace, ``k * batch`` after); one unknown at the trace is read as the batch,
+    whatever it is after (``rewrite.Rescaled``)."""
+    return len(first) == len(second) and all(before is None or after == scaled(before, traced, batch)
+                                             for before, after in zip(first, second))
 
 
 def _scale_batch(graph_def, traced: int, batch: int) -> None:
@@ -126,19 +152,16 @@ def _scale_batch(graph_def, traced: int, batch: int) -> None:
     import numpy as np
     import tensorflow as tf
 
-    def scaled(size: int) -> int:
-        return size // traced * batch if size > 0 and size % traced == 0 else size
-
     for node in graph_def.node:
         if node.op == "Placeholder":
             for dim in node.attr["shape"].shape.dim:
-                dim.size = scaled(dim.size)
+                dim.size = scaled(dim.size, traced, batch)
         elif node.op == "Const":
             proto = node.attr["value"].tensor
             if not proto.tensor_content and all(len(values) <= 1 for field, values in proto.ListFields()
                                                     if field.name.endswith("_val")):
                 for dim in proto.tensor_shape.dim:  # one value, repeated: its shape is free to change
-                    dim.size = scaled(dim.size)
+                    dim.size = scaled(dim.size, traced, batch)
             if tf.dtypes.as_dtype(node.attr["dtype"].type) in (tf.int32, tf.int64):
                 value = tf.make_ndarray(proto)
                 hit = (value % traced == 0) & (value != 0)

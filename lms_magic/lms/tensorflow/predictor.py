@@ -34,7 +34,7 @@ from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
 from ..persistent import persistent_tensors
-from .batch_import import dims_at, fixed_dims, prime_batch, suits
+from .batch_import import dims_at, dims_scaled, fixed_dims, prime_batch, suits
 from .predict import TracedStep
 from .recompute import plan_recomputes
 from .rewrite import Rescaled, find_candidates, layer_resolver, resized
@@ -108,6 +108,7 @@ class StepPredictor(PrefixPredictions):
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
         self._source = None  # what _rescale_source found (False: the two traces differ)
+        self._without_lean: StepPredictor | None = None  # with lean_ops: the predictor without (sized_like)
         # where the peaks are read off lines (every tensor of the two traces grows linearly with the batch, and
         # in place as at both): the batch sizes the lines do not serve (core/batch_lines.py); else None
         self._coincidences: set[int] | None = None
@@ -155,7 +156,8 @@ class StepPredictor(PrefixPredictions):
         if len(self._traced) == 1:
             first = self._plain[self._traced[0]]
             if suits(first.batch_size, self._fixed_dims()):
-                dims = dims_at(first.ops[0].graph, first.batch_size, batch_size)
+                dims = self._scaled_as_without_lean(first, batch_size) or \
+                    dims_at(first.ops[0].graph, first.batch_size, batch_size)
                 if dims is not None:  # the first trace's ops, sized at this batch by shape inference
                     self._steps[batch_size] = self._plain[batch_size] = first.at(
                         Rescaled(first.batch_size, batch_size, batch_size, dims),
@@ -167,6 +169,22 @@ class StepPredictor(PrefixPredictions):
             (first, step), (other, other_dims) = source
             self._steps[batch_size] = self._plain[batch_size] = step.at(
                 Rescaled(first, batch_size, other, other_dims), _input_bytes(_specs(self.sample, batch_size)))
+
+    def sized_like(self, without_lean: "StepPredictor") -> None:
+        """With ``lean_ops``: the predictor of the same model and sample without; where it sized its second step
+        by the import at the same prime and batch, this one's is sized by the same rule without an import."""
+        self._without_lean = without_lean
+
+    def _scaled_as_without_lean(self, first: TracedStep, batch_size: int) -> dict | None:
+        """The dimensions at ``batch_size`` by ``batch_import.scaled`` alone, where the step without ``lean_ops``,
+        traced at the same prime, was sized at this batch by the import (every one of its dimensions so): this
+        step is that one with ``lean_batch_norm``'s gradient, whose tensors are the input's shape or a channel's
+        (``tensorflow/lean.py``). None otherwise."""
+        plain = self._without_lean
+        if not self.lean_ops or plain is None or plain._traced[:2] != [first.batch_size, batch_size] or \
+                not isinstance(plain._plain[batch_size].batch_size, Rescaled):
+            return None
+        return dims_scaled(first.ops[0].graph, first.batch_size, batch_size)
 
     def _fixed_dims(self) -> set[int]:
         """The model's dimensions that are not the batch (``batch_import.fixed_dims``)."""

@@ -83,3 +83,30 @@ def test_tensors_eligible_at_larger_batches_only_are_read_off_lines_too(devices)
     large = [item.candidate.tensor for item in rescaled.candidates(1, 64)]
     assert not set(large) <= small  # more are eligible at 64 than at the batch sizes traced
     assert rescaled._live_lines(1, 64, len(large)) is not None
+
+
+@pytest.mark.parametrize("build", [models.residual_bn_dropout, reduced("resnet")], ids=["residual", "resnet"])
+def test_the_lean_step_is_sized_as_the_step_without_it_was(devices, build, monkeypatch):
+    """The lean step is the step without ``lean_ops`` and the lean normalization's gradient: where that step was
+    sized at the batch asked for by the import, the lean one is sized by the same rule with no import of its own,
+    to its own import's dimensions, and predicts as its own traces."""
+    from lms_magic.lms.tensorflow import predictor as predictor_module
+    from lms_magic.lms.tensorflow.batch_import import dims_at
+
+    model = build()
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    sample = (np.zeros((2,) + tuple(model.input_shape[1:]), "float32"), np.zeros(2, "int32"))
+    plain, lean, exact = (StepPredictor(model, sample, Selection(min_bytes=0), DEVICES.host, lean_ops=lean_ops)
+                          for lean_ops in (False, True, True))
+    plain.rescale_batches = lean.rescale_batches = True
+    lean.sized_like(plain)
+    imports = []
+    monkeypatch.setattr(predictor_module, "dims_at", lambda *args: imports.append(args) or dims_at(*args))
+    plain.eligible(1, 8)
+    lean.eligible(1, 8)
+    assert len(imports) == 1  # the step without lean_ops's
+    traced = lean._traced[0]
+    assert lean._traced == [traced, 8] and traced == plain._traced[0]
+    assert lean.trace(8).batch_size.other_dims == dims_at(lean.trace(traced).ops[0].graph, traced, 8)
+    for batch in (8, 24, 3):
+        assert_same_predictions(exact, lean, batch)

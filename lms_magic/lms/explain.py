@@ -12,6 +12,7 @@ batch asked for where one does.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -25,6 +26,8 @@ MODES = (("without LMS", {}, ""), ("LMS", {}, "%%lms_fit"),
          ("LMS, recompute", {"recompute": "only"}, "%%lms_fit --recompute only"),
          ("LMS, lean_ops", {"lean_ops": True}, "%%lms_fit --lean-ops"))
 MAX_BATCH = 1 << 16  # the largest batch looked for
+# beside lean_ops's figures where the model has no layer it changes: they are LMS's alone
+NOTHING_LEAN = "the same as LMS alone: lean_ops changes BatchNormalization's gradient, and the model has none"
 
 
 def largest_fitting(fits: Callable[[int], bool], guess: int, limit: int = MAX_BATCH) -> int:
@@ -77,6 +80,7 @@ class ModeFit:
     step_ratio: float | None  # predicted step time over a plain step's, at the batch asked for
     magic: str  # the %%lms_fit line that trains this way ("" without LMS)
     unavailable: str = ""  # why this way is not offered on this backend
+    note: str = ""  # said beside its figures (lean_ops on a model it changes nothing in)
 
 
 @dataclass(frozen=True)
@@ -160,8 +164,9 @@ class FitExplanation:
             largest = "" if mode.largest_batch is None else f", largest batch {mode.largest_batch}"
             ratio = "" if mode.step_ratio is None else f", step {mode.step_ratio:.2f}x a plain step's (predicted)"
             verdict = {True: "fits", False: "does not fit", None: "capacity unknown"}[mode.fits]
+            note = f"; {mode.note}" if mode.note else ""
             lines.append(f"  {mode.mode}: {format_size(mode.peak_bytes)} at batch {self.batch_size}, {verdict}"
-                         f"{largest}{ratio}")
+                         f"{largest}{ratio}{note}")
         if self.frontier:
             modes = list(dict.fromkeys(point.mode for point in self.frontier))
             lines.append("the frontier, predicted peak (and step time over plain) by batch: batch | " + " | ".join(modes))
@@ -278,6 +283,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     else:
         capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
         usable = usable_bytes(capacity_bytes) if capacity_bytes else None
+    from .lean import lean_layers
+
     # the collector paused throughout: the traces and replays make millions of short-lived objects, and each full
     # collection walks the whole process; what they leave is collected after
     with collector_paused():
@@ -299,6 +306,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
             limit = usable if magic else plain_usable
             results.append(_mode_fit(session, name, magic, batch_size, capacity_bytes, limit))
+            if tuned.get("lean_ops") and not lean_layers(model):  # the step without it (StepPredictors.get)
+                results[-1] = dataclasses.replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
                 peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
                 fits = None if limit is None else peak_bytes <= limit

@@ -34,7 +34,8 @@ def explanation_html(found) -> str:
     layers = html_table(["layer", "MiB at the peak"], [(row["layer"], _mib(row["bytes"])) for row in peak.get("layers", [])],
                         "lms-magic-explain")
     rows = [(mode.mode, _mib(mode.peak_bytes), {True: "yes", False: "no", None: ""}[mode.fits], mode.largest_batch,
-             None if mode.step_ratio is None else f"{mode.step_ratio:.2f}", mode.unavailable or mode.magic)
+             None if mode.step_ratio is None else f"{mode.step_ratio:.2f}",
+             mode.unavailable or " ".join(part for part in (mode.magic, mode.note and f"({mode.note})") if part))
             for mode in found.modes]
     limit = found.plain_limit_bytes
     plain = f"; without LMS, its peak may fill {limit / MIB:.1f}" if limit else ""

@@ -150,6 +150,12 @@ def test_lean_ops_on_a_model_without_batch_normalization_is_traced_once(devices,
     assert (lms.peak_bytes, lms.largest_batch, lms.step_ratio) == (lean.peak_bytes, lean.largest_batch, lean.step_ratio)
     assert [(p.peak_bytes, p.fits) for p in found.frontier if p.mode == "LMS"] == \
         [(p.peak_bytes, p.fits) for p in found.frontier if p.mode == "LMS, lean_ops"]
+    assert lean.note and not lms.note and lean.note in str(found)  # and the user is told why they are the same
+    import html
+
+    from lms_magic.ui.explain_html import explanation_html
+
+    assert html.escape(lean.note) in explanation_html(found)
 
 
 def test_an_lms_fit_that_runs_out_of_memory_says_why_above_the_error(devices, capsys):

@@ -122,7 +122,7 @@ def _evaluated_named(closed, args) -> list:
     import jax.numpy as jnp
     from jax.ad_checkpoint import checkpoint_name
 
-    from . import internals
+    from ... import internals
 
     jaxpr, values = closed.jaxpr, {}
 

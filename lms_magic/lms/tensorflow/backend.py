@@ -40,7 +40,6 @@ from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
 from .executed import ExecutedStepChecks
 from .graph import replica_prefix
-from . import internals as tf_internals
 
 
 class TensorFlowBackend(ExecutedStepChecks):
@@ -115,7 +114,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
             if not self._run_metadata:  # TensorFlow instantiates the function in this step
-                stack.enter_context(tf_internals.collected_function_graphs(self._run_metadata))
+                stack.enter_context(internals.collected_function_graphs(self._run_metadata))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
             yield
@@ -125,7 +124,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         replicas = self.model.distribute_strategy.num_replicas_in_sync
 
         def lms_train_step(data):
-            if not tf_internals.in_function_graph():
+            if not internals.in_function_graph():
                 return original(data)
             graph = tf.compat.v1.get_default_graph()
             if self.batch_shapes is None:  # what an out-of-memory error is explained on (callback.py)
@@ -267,7 +266,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
         if self.stats.records is None and self._trusted_fit(plan, step.batch_size):
-            tf_internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
+            internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
         if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
             # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
@@ -319,7 +318,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if remembered is None or not all(name in by_tensor for name in remembered.moved):
             return False
-        tf_internals.graph_collection_stopped()
+        internals.graph_collection_stopped()
         self._run_metadata = [None]  # no executed graph is read
         records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
         self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered

@@ -175,12 +175,12 @@ def _variables_as_handles(graph, graph_def) -> None:
     the same variable's shape and dtype, in place: what the import's shape inference reads the variable through."""
     import tensorflow as tf
 
-    from . import internals as tf_internals
+    from ... import internals
 
     variables = {}
     for op in graph.get_operations():
         if op.type == "Placeholder" and op.outputs[0].dtype == tf.resource:
-            variables[op.name] = tf_internals.variable_of_handle(op.outputs[0])
+            variables[op.name] = internals.variable_of_handle(op.outputs[0])
     for node in graph_def.node:
         variable = variables.get(node.name) if node.op == "Placeholder" else None
         if variable is None:

@@ -115,12 +115,12 @@ def _capacity_bytes(device: str | None) -> int | None:
     accelerator's ``memory``; a GPU's logical-device memory limit where one was set, else its total memory
     (NVML); a CPU's: None (host memory is not what LMS relieves)."""
     from .. import devices
-    from . import internals as tf_internals
+    from ... import internals
 
     if device is None:
         return None
     if device.startswith("/CPU"):
         return devices.simulated_memory_bytes() if devices.is_simulated(device) else None
     index = int(device.rsplit(":", 1)[1])
-    limit = tf_internals.tensorflow_memory_limit(index)
+    limit = internals.tensorflow_memory_limit(index)
     return limit if limit is not None else devices.nvml_total_bytes(index)

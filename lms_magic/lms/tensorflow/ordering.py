@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from ... import internals
 from ..core.order import Ordered, backward_order
 from ..core.plan import Selection
 from ..core.simulate import execution_order
 from .graph import FUSED_IN_BACKWARD, is_backward, is_gradient_sum, replica_prefix
 from .predict import TracedStep
 from .rewrite import TensorCandidate, find_candidates
-from . import internals as tf_internals
 
 
 @dataclass
@@ -85,7 +85,7 @@ def insert_order(graph, ordered: Ordered) -> list[tuple[object, object]]:
             joins[name] = tf.raw_ops.NoOp(name=name)
     added = []
     for op_name, join in ordered.waits.items():
-        tf_internals.add_control_input(by_name[op_name], joins[join])
+        internals.add_control_input(by_name[op_name], joins[join])
         added.append((by_name[op_name], joins[join]))
     return added
 
@@ -93,4 +93,4 @@ def insert_order(graph, ordered: Ordered) -> list[tuple[object, object]]:
 def remove_order(added: list[tuple[object, object]]) -> None:
     """Takes the control edges ``insert_order`` added out again (its joins stay, waited on by nothing)."""
     for op, join in added:
-        tf_internals.remove_control_input(op, join)
+        internals.remove_control_input(op, join)

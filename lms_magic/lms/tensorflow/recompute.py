@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ... import internals
 from .graph import SHAPE_OPS, clone_name
 from .rewrite import insert_swaps, split_by_replica
-from . import internals as tf_internals
 
 # Kernels cheap next to the step (memory-bound, one pass over their inputs) and deterministic.
 CHEAP_OPS = frozenset({
@@ -131,8 +131,8 @@ def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[Reco
         for index, op in enumerate(recompute.ops):
             inputs = [cloned.get(t.ref(), t) for t in op.inputs]
             with graph.as_default(), graph.name_scope(None):
-                clone = tf_internals.clone_op(graph, op, inputs, clone_name(op, item.candidate.forward_index, index))
-            tf_internals.add_control_input(clone, item.trigger)
+                clone = internals.clone_op(graph, op, inputs, clone_name(op, item.candidate.forward_index, index))
+            internals.add_control_input(clone, item.trigger)
             for original, copy in zip(op.outputs, clone.outputs):
                 cloned[original.ref()] = copy
             names.append(clone.name)
@@ -140,7 +140,7 @@ def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[Reco
         for consumer in item.consumers:
             for index, source in enumerate(consumer.inputs):
                 if source is item.tensor:
-                    tf_internals.replace_input(consumer, index, value)
+                    internals.replace_input(consumer, index, value)
         records.append(RecomputeRecord(item.candidate, names, item.trigger.name, item.hops,
                                        [c.name for c in item.consumers]))
     return records

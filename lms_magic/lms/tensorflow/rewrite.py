@@ -28,7 +28,6 @@ from ... import internals
 
 from ..core.plan import Candidate
 from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, landing_name, op_name_in_step, replica_prefix, swap_name
-from . import internals as tf_internals
 
 _SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
 _LOOP_OPS = frozenset({"While", "StatelessWhile"})
@@ -312,16 +311,16 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
         tensor = item.tensor
         base = swap_name(tensor.name)
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
-            swap_out = tf_internals.pass_through_op(graph, "EnsureShape", tensor, f"{SWAP_OUT_SCOPE}/{base}", tensor.shape)
-            swap_in = tf_internals.pass_through_op(graph, "Snapshot", swap_out, f"{SWAP_IN_SCOPE}/{base}")
-        tf_internals.add_control_input(swap_in.op, item.trigger)
+            swap_out = internals.pass_through_op(graph, "EnsureShape", tensor, f"{SWAP_OUT_SCOPE}/{base}", tensor.shape)
+            swap_in = internals.pass_through_op(graph, "Snapshot", swap_out, f"{SWAP_IN_SCOPE}/{base}")
+        internals.add_control_input(swap_in.op, item.trigger)
         with graph.as_default(), graph.name_scope(None), tf.device(item.consumers[0].device or None):
-            landed = tf_internals.pass_through_op(graph, "Snapshot", swap_in, landing_name(tensor))
+            landed = internals.pass_through_op(graph, "Snapshot", swap_in, landing_name(tensor))
         for consumer in item.consumers:
             _reroute(consumer, tensor, landed)
         for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy
             _reroute(consumer, tensor, swap_out)
-            tf_internals.set_op_device(consumer, host_device)
+            internals.set_op_device(consumer, host_device)
         records.append(SwapRecord(item.candidate, swap_out.op.name, swap_in.op.name, item.trigger.name,
                                   item.hops, [c.name for c in item.consumers], landed.op.name))
     return records
@@ -330,7 +329,7 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
 def _reroute(op, old, new) -> None:
     for index, source in enumerate(op.inputs):
         if source is old:
-            tf_internals.replace_input(op, index, new)
+            internals.replace_input(op, index, new)
 
 
 def layer_resolver(model):

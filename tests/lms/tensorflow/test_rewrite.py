@@ -78,9 +78,9 @@ def test_candidates_are_sized_at_the_batch_and_come_in_forward_order():
 
 
 def test_a_swap_op_is_the_node_tf_raw_ops_makes():
-    """The swap ops are made without the op-definition library (tensorflow/internals.pass_through_op): the nodes, devices
+    """The swap ops are made without the op-definition library (internals.pass_through_op): the nodes, devices
     and names must be what ``tf.raw_ops`` makes, or Grappler could treat the step otherwise."""
-    from lms_magic.lms.tensorflow import internals
+    from lms_magic import internals
 
     made = {}
 

@@ -12,8 +12,7 @@ batch asked for where one does.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from ..units import format_size, parse_bytes
@@ -283,8 +282,6 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
     else:
         capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
         usable = usable_bytes(capacity_bytes) if capacity_bytes else None
-    from .lean import lean_layers
-
     # the collector paused throughout: the traces and replays make millions of short-lived objects, and each full
     # collection walks the whole process; what they leave is collected after
     with collector_paused():
@@ -306,8 +303,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
             limit = usable if magic else plain_usable
             results.append(_mode_fit(session, name, magic, batch_size, capacity_bytes, limit))
-            if tuned.get("lean_ops") and not lean_layers(model):  # the step without it (StepPredictors.get)
-                results[-1] = dataclasses.replace(results[-1], note=NOTHING_LEAN)
+            if tuned.get("lean_ops") and not session.predictors.lean_changes():  # the step without it
+                results[-1] = replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
                 peak_bytes, ratio = _predicted(session, bool(magic), size, capacity_bytes)
                 fits = None if limit is None else peak_bytes <= limit

@@ -35,16 +35,23 @@ class StepPredictors:
         self.model, self.options, self.samples = model, options, take_samples(data, 2)
         self._made: dict[tuple, object] = {}
         self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
+        self._lean_changes: bool | None = None  # whether lean_ops changes any layer of the model (lean_changes)
+
+    def lean_changes(self) -> bool:
+        """Whether ``lean_ops`` changes the model's step: it has a ``BatchNormalization`` whose gradient it computes
+        (``lean.lean_layers``). Where not, the lean step is the step without it."""
+        if self._lean_changes is None:
+            from .lean import lean_layers
+
+            self._lean_changes = bool(lean_layers(self.model))
+        return self._lean_changes
 
     def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False):
         """The predictor for these options (made once). On TensorFlow it reads every batch size off two steps
         (``StepPredictor.rescale_batches``): a trace at a prime near the batch asked for first, and that batch sized
         from it; a new one on the batch slider is then instant. ``lean_ops`` on a model with no layer it changes
         (no ``BatchNormalization``) is the step without it: that predictor."""
-        from .lean import lean_layers
-
-        if lean_ops and not lean_layers(self.model):
-            lean_ops = False
+        lean_ops = lean_ops and self.lean_changes()
         key = (lean_ops, order_backward, recompute)
         if key not in self._made:
             made = self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)

@@ -22,6 +22,7 @@ step as lines (``core/batch_lines.py``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 
 import tensorflow as tf
@@ -97,7 +98,6 @@ class StepPredictor(PrefixPredictions):
         self.trace_s: float | None = None  # the last trace's seconds
         self._fixed: set[int] | None = None  # the model's dimensions that are not the batch (_fixed_dims)
         self._layer_of = layer_resolver(model)
-        self._persistent_read: list | None = None  # persistent_tensors, read at the first use (_persistent)
         self.order_backward, self.lean_ops = order_backward, lean_ops
         self._steps: dict[int, TracedStep] = {}  # the step LMS plans on (ordered where that is lower)
         self._plain: dict[int, TracedStep] = {}  # the step as Keras traces it (the "without LMS" figures)
@@ -116,20 +116,16 @@ class StepPredictor(PrefixPredictions):
         self._found_at_batch: dict[tuple[int, int], list] = {}  # (lb, batch) -> every candidate, eligible or not
         self._by_name: dict[tuple[int, int], dict] = {}  # (lb, traced batch) -> its candidates by tensor name
 
-    @property
+    @functools.cached_property
     def _persistent(self) -> list:
-        """The weights, optimizer state and metric variables (``persistent_tensors``), read once: after the first
-        trace has built the model's optimizer they are read off it, before that off a built copy."""
-        if self._persistent_read is None:
-            tensors = persistent_tensors(self.model)
-            self._persistent_read, self._persistent_bytes = tensors, sum(tensor.nbytes for tensor in tensors)
-        return self._persistent_read
+        """The weights, optimizer state and metric variables (``persistent_tensors``), read at the first use: after
+        the first trace has built the model's optimizer they are read off it, before that off a built copy."""
+        return persistent_tensors(self.model)
 
-    @property
+    @functools.cached_property
     def persistent_bytes(self) -> int:
         """The bytes of the weights, optimizer state and metric variables."""
-        self._persistent  # read once (its bytes with it)
-        return self._persistent_bytes
+        return sum(tensor.nbytes for tensor in self._persistent)
 
     rescale_batches = False  # with True, every batch size is read off one trace and the batch asked first (see trace)
 

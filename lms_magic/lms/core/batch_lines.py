@@ -8,6 +8,10 @@ span, and the other size's bytes are added up over those spans. One thing in the
 in-place kernel takes over an input's buffer of its output's size. :func:`size_coincidences` finds the batch sizes
 where that choice could differ from the two replays' (``explain_fit``'s searches over batch sizes replay at the
 others).
+
+:class:`TwoBatches` is the one rule every backend reads a batch size off two points by: TensorFlow's dimensions
+at another batch (``tensorflow/rescale.py``), JAX's rescaled jaxpr (``jax/rescale.py``), PyTorch's saved
+activations and counts (``torch/predictor.py``), and the lines here.
 """
 
 from __future__ import annotations
@@ -15,6 +19,69 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .indexed import Node, Replay
+
+
+class NotALine(ValueError):
+    """Two figures that no whole-number line in the batch size joins."""
+
+
+@dataclass(frozen=True)
+class TwoBatches:
+    """Two batch sizes at which a step was traced or run: a figure that grows linearly with the batch (a
+    dimension, a tensor's bytes, a count), known at both, is read off them at any other batch size. The
+    methods take Python ints or numpy arrays of int64 alike.
+
+    Example:
+        >>> two = TwoBatches(8, 16)
+        >>> two.at(40 * 8 + 100, 40 * 16 + 100, 3), two.slope(80, 160), two.slope(80, 161)
+        (220, 10, None)
+        >>> two.exactly_at(80, 161, 3)
+        Traceback (most recent call last):
+        ...
+        lms_magic.lms.core.batch_lines.NotALine: 80 at batch 8, 161 at batch 16
+        >>> two.meeting(8, 16, 20, 24)  # 1 per sample from 0, and 0.5 per sample from 16: equal at batch 32
+        32
+    """
+
+    first: int
+    second: int
+
+    @property
+    def apart(self) -> int:
+        return self.second - self.first
+
+    def at(self, at_first, at_second, batch_size):
+        """The line through ``(first, at_first)`` and ``(second, at_second)`` at ``batch_size``, rounded down."""
+        return at_first + (at_second - at_first) * (batch_size - self.first) // self.apart
+
+    def slope(self, at_first, at_second):
+        """The growth per sample, where it is a whole number (for arrays: every one); else None."""
+        growth, rest = divmod(at_second - at_first, self.apart)
+        return None if _any(rest) else growth
+
+    def exactly_at(self, at_first: int, at_second: int, batch_size: int) -> int:
+        """:meth:`at` where the growth per sample is whole.
+
+        Raises:
+            NotALine: it is not.
+        """
+        if self.slope(at_first, at_second) is None:
+            raise NotALine(f"{at_first} at batch {self.first}, {at_second} at batch {self.second}")
+        return self.at(at_first, at_second, batch_size)
+
+    def meeting(self, a_first: int, a_second: int, b_first: int, b_second: int) -> int | None:
+        """The batch size above 0 where the lines of ``a`` and ``b`` take the same value, where that is a whole
+        number; None where they never meet there (or are one line)."""
+        gap = a_first - b_first
+        closing = (b_second - b_first) - (a_second - a_first)  # how the gap changes over ``apart`` samples
+        if not closing or (gap * self.apart) % closing:
+            return None
+        meet = self.first + gap * self.apart // closing
+        return meet if meet > 0 else None
+
+
+def _any(rest) -> bool:
+    return bool(rest.any()) if hasattr(rest, "any") else bool(rest)
 
 
 @dataclass(frozen=True)
@@ -68,14 +135,11 @@ def live_lines(first_batch: int, first: Replay, second_batch: int, second: Repla
 
     if first.order != second.order or first.live_bytes is None or second.live_bytes is None:
         return None
-    apart = second_batch - first_batch
-    if apart == 0:
+    if second_batch == first_batch:
         return None
     low = np.asarray(first.live_bytes, dtype=np.int64)
-    slopes, rest = np.divmod(np.asarray(second.live_bytes, dtype=np.int64) - low, apart)
-    if rest.any():
-        return None
-    return LiveLines(first_batch, _highest(slopes, low))
+    slopes = TwoBatches(first_batch, second_batch).slope(low, np.asarray(second.live_bytes, dtype=np.int64))
+    return None if slopes is None else LiveLines(first_batch, _highest(slopes, low))
 
 
 def resized_lines(first_batch: int, replay: Replay, second_batch: int) -> LiveLines | None:
@@ -112,7 +176,7 @@ def size_coincidences(first_batch: int, first: list[Node], second_batch: int, se
         return None
     outputs_first = {node.name: node.outputs for node in first}
     outputs_second = {node.name: node.outputs for node in second}
-    apart = second_batch - first_batch
+    two = TwoBatches(first_batch, second_batch)
     batches: set[int] = set()
     for node, again in zip(first, second):
         if not (node.forwards_input and node.on_device and node.outputs):
@@ -127,12 +191,10 @@ def size_coincidences(first_batch: int, first: list[Node], second_batch: int, se
                 return None
             if in_low == out_low:
                 continue  # one line (or two that agree at both: one line through whole bytes)
-            closing = (out_high - out_low) - (in_high - in_low)  # how the gap changes over ``apart`` samples
-            if closing and ((in_low - out_low) * apart) % closing == 0:
-                meet = first_batch + (in_low - out_low) * apart // closing
-                if meet > 0:
-                    batches.add(meet)
+            meet = two.meeting(in_low, in_high, out_low, out_high)
+            if meet is not None:
+                batches.add(meet)
     return batches
 
 
-__all__ = ["LiveLines", "live_lines", "resized_lines", "size_coincidences"]
+__all__ = ["LiveLines", "NotALine", "TwoBatches", "live_lines", "resized_lines", "size_coincidences"]

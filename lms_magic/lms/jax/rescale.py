@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..core.batch_lines import NotALine, TwoBatches
 from .predict import JaxStep, _Flat
-
-
-class NotALine(ValueError):
-    """Two traces that differ in more than sizes along the batch."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +43,10 @@ def rescaled(first: JaxStep, first_batch: int, second: JaxStep, second_batch: in
         >>> step.transient_peak(step.candidates) == at(64).transient_peak(at(64).candidates)
         True
     """
-    span = second_batch - first_batch
+    two = TwoBatches(first_batch, second_batch)
 
     def line(at_first: int, at_second: int) -> int:
-        slope, rest = divmod(at_second - at_first, span)
-        if rest:
-            raise NotALine(f"{at_first} at batch {first_batch}, {at_second} at batch {second_batch}")
-        value = at_first + slope * (batch_size - first_batch)
+        value = two.exactly_at(at_first, at_second, batch_size)
         if value < 0:
             raise NotALine(f"{value} bytes at batch {batch_size}")
         return value
@@ -65,7 +59,7 @@ def rescaled(first: JaxStep, first_batch: int, second: JaxStep, second_batch: in
         return tuple(line(a, b) for a, b in zip(first_shape, second_shape))
 
     a, b = first.flat, second.flat
-    if span == 0 or len(a.nodes) != len(b.nodes) or len(a.names) != len(b.names) or a.backward != b.backward \
+    if two.apart == 0 or len(a.nodes) != len(b.nodes) or len(a.names) != len(b.names) or a.backward != b.backward \
             or a.tangent != b.tangent or a.about.keys() != b.about.keys():
         return None
     try:

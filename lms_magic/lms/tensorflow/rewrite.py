@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from ... import internals
 
+from ..core.batch_lines import TwoBatches
 from ..core.plan import Candidate
 from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, landing_name, op_name_in_step, replica_prefix, swap_name
 
@@ -79,8 +80,8 @@ class Rescaled:
     other_dims: dict = field(repr=False, compare=False)
 
     def dims(self, name: str, dims: list) -> list:
-        apart = self.other - self.traced
-        return [base + step * (self.to - self.traced) // apart for base, step in self._lines(name, dims)]
+        two = TwoBatches(self.traced, self.other)
+        return [two.at(first, again, self.to) for first, again in self._pairs(name, dims)]
 
     def linear(self, name: str, dims: list) -> bool:
         """Whether the tensor's bytes are a line in the batch: at most one dimension grows with it, by a whole
@@ -91,25 +92,24 @@ class Rescaled:
             >>> rescaled.linear("x:0", [8 * 24, 224]), rescaled.linear("y:0", [8, 8]), rescaled.linear("z:0", [3])
             (True, False, False)
         """
-        apart = self.other - self.traced
-        steps = [step for _, step in self._lines(name, dims) if step]
-        return len(steps) <= 1 and all(step % apart == 0 for step in steps)
+        two = TwoBatches(self.traced, self.other)
+        slopes = [two.slope(first, again) for first, again in self._pairs(name, dims)]
+        return None not in slopes and sum(1 for slope in slopes if slope) <= 1
 
-    def _lines(self, name: str, dims: list) -> list[tuple[int, int]]:
-        """Each dimension as (its size at the traced batch, its growth over the two traces' batch sizes apart)."""
+    def _pairs(self, name: str, dims: list) -> list[tuple[int, int]]:
+        """Each dimension as (its size at the traced batch, its size at the other)."""
         second = self.other_dims.get(name)
         if second is None or len(second) != len(dims):
             second = [None] * len(dims)
-        apart = self.other - self.traced
-        lines = []
+        pairs = []
         for first, again in zip(dims, second):
             if first is None:  # unknown: the batch
-                lines.append((self.traced, apart))
+                pairs.append((self.traced, self.other))
             elif again is None:  # not known in the other trace: the batch where it equals the traced one
-                lines.append((first, apart if first == self.traced else 0))
+                pairs.append((first, self.other if first == self.traced else first))
             else:
-                lines.append((first, again - first))
-        return lines
+                pairs.append((first, again))
+        return pairs
 
 
 def dims_sized(name: str, dims: list, batch_size) -> list:

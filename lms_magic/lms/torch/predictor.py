@@ -22,6 +22,7 @@ import time
 import numpy as np
 import torch
 
+from ..core.batch_lines import TwoBatches
 from ..core.peak import LiveTensor, explain_peak
 from ..core.plan import Candidate, Selection
 from ..core.prediction import PrefixPredictions
@@ -33,6 +34,7 @@ from .offload import TorchOffloader
 from .predict import SavedTensorStep
 
 PROBE_BATCHES = (2, 3)  # the batch sizes the step runs at; every other is read off them
+PROBES = TwoBatches(*PROBE_BATCHES)
 
 
 class TorchStepPredictor(PrefixPredictions):
@@ -150,7 +152,7 @@ class TorchStepPredictor(PrefixPredictions):
             low, high = PROBE_BATCHES
             first, second = self._timelines[low], self._timelines[high]
             pairs = zip(first, second) if len(first) == len(second) else [(self._measured[low], self._measured[high])]
-            step = max(one + (two - one) * (batch_size - low) // (high - low) for one, two in pairs)
+            step = max(PROBES.at(one, two, batch_size) for one, two in pairs)
             self._plain[batch_size] = self.persistent_bytes + max(0, step)
         return self._plain[batch_size]
 
@@ -160,13 +162,9 @@ class TorchStepPredictor(PrefixPredictions):
         whole_number("lb", lb, 1)
         if (batch_size, lb) not in self._steps:
             (first, reads, _), (second, _, _) = self._runs
-            low, high = PROBE_BATCHES
-
-            def at(one: int, two: int) -> int:
-                return one + (two - one) * (batch_size - low) // (high - low)
-
-            candidates = [dataclasses.replace(c, shape=tuple(at(a, b) for a, b in zip(c.shape, other.shape)),
-                                              nbytes=at(c.nbytes, other.nbytes))
+            candidates = [dataclasses.replace(c, shape=tuple(PROBES.at(a, b, batch_size) for a, b in zip(c.shape,
+                                                                                                     other.shape)),
+                                              nbytes=PROBES.at(c.nbytes, other.nbytes, batch_size))
                           for c, other in zip(first, second)]
             eligible = self.selection.eligible(candidates)  # as LMS's probe records them (min_bytes at this batch)
             self._steps[batch_size, lb] = eligible, SavedTensorStep(eligible, [candidates[i] for i in reads], lb)
@@ -202,9 +200,7 @@ class TorchStepPredictor(PrefixPredictions):
         """The step's matrix FLOPs at ``batch_size`` (read off the two runs' counts) at the device's measured
         matrix-product rate: a lower bound on the step's compute time."""
         (_, _, low_flops), (_, _, high_flops) = self._runs
-        low, high = PROBE_BATCHES
-        flops = low_flops + (high_flops - low_flops) * (batch_size - low) / (high - low)
-        return max(0.0, flops) / _device_flops_per_s()
+        return max(0.0, float(PROBES.at(low_flops, high_flops, batch_size))) / _device_flops_per_s()
 
 
 @functools.cache

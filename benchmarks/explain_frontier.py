@@ -37,12 +37,12 @@ def main() -> None:
     import tensorflow as tf
 
     import lms_magic
-    from lms_magic.lms.tensorflow.predictor import StepPredictor
+    from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 
     from lms_magic.lms.tensorflow import predictor as predictor_module
 
     traces, trace_s, imports = [], [], []  # the batch sizes traced and each trace's seconds; the shapes imported
-    trace, dims_at = StepPredictor._trace, predictor_module.dims_at
+    trace, dims_at = TensorFlowStepPredictor._trace, predictor_module.dims_at
 
     def counted(self, batch_size):
         trace(self, batch_size)
@@ -55,7 +55,7 @@ def main() -> None:
         imports.append((batch_size, time.perf_counter() - started, dims is not None))
         return dims
 
-    StepPredictor._trace, predictor_module.dims_at = counted, imported
+    TensorFlowStepPredictor._trace, predictor_module.dims_at = counted, imported
     keras.utils.set_random_seed(0)
     if args.model in ("gpt2", "bert"):
         from tests.hub import language_model, tokens

@@ -7,7 +7,7 @@ Compared at batch sizes 64, 1, 7, 100 and 333: the predicted peak with nothing a
 plan for a device of 90% of the plain peak, the candidates' names and the FLOP estimate. Printed per model: the
 batch traced, whether the import was refused (then traced), the predictions compared and those that differ.
 ``--lean-ops``: both predictors with ``lean_ops``, the one read off made as ``explain_fit`` makes it after the step
-without (sized by the same rule where that step was imported: ``StepPredictor.sized_like``).
+without (sized by the same rule where that step was imported: ``TensorFlowStepPredictor.sized_like``).
 
     python benchmarks/explain_import_check.py
     python benchmarks/explain_import_check.py --lean-ops --models ResNet50 DenseNet121 MobileNetV2 EfficientNetB0
@@ -64,17 +64,17 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from lms_magic.lms.core.plan import Selection
-    from lms_magic.lms.tensorflow.predictor import StepPredictor
+    from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
     from lms_magic.lms.tensorflow.rewrite import Rescaled
 
     for name, build in models(args.models).items():
         model, sample = build()
-        exact, read_off = (StepPredictor(model, sample, Selection(min_bytes=0), lean_ops=args.lean_ops)
+        exact, read_off = (TensorFlowStepPredictor(model, sample, Selection(min_bytes=0), lean_ops=args.lean_ops)
                            for _ in range(2))
         read_off.rescale_batches = True
         how = "imported"
         if args.lean_ops:
-            without = StepPredictor(model, sample, Selection(min_bytes=0))
+            without = TensorFlowStepPredictor(model, sample, Selection(min_bytes=0))
             without.rescale_batches = True
             without.eligible(1, BATCHES[0])
             read_off.sized_like(without)

@@ -32,7 +32,7 @@ def main() -> None:
     import numpy as np
 
     from lms_magic.lms.core.plan import Selection
-    from lms_magic.lms.tensorflow.predictor import StepPredictor
+    from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 
     for spec in args.models:
         name, size = spec.split(":")
@@ -47,7 +47,7 @@ def main() -> None:
             data = (np.zeros((2, size, size, 3), "float32"), np.zeros(2, "int32"))
 
         def made():
-            predictor = StepPredictor(model, data, Selection(min_bytes=args.min_bytes))
+            predictor = TensorFlowStepPredictor(model, data, Selection(min_bytes=args.min_bytes))
             predictor.rescale_batches = True
             predictor.trace(64)
             predictor.trace(156)

@@ -2,7 +2,7 @@ import os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, "/work/main")
 import numpy as np, keras, tensorflow as tf
-from lms_magic.lms.tensorflow.predictor import StepPredictor
+from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 from lms_magic.lms.core.plan import Selection
 
 def models():
@@ -30,8 +30,8 @@ names = sys.argv[1:] or list(models())
 for name in names:
     build = models()[name]
     model, sample = build()
-    exact = StepPredictor(model, sample, Selection(min_bytes=0))
-    scaled = StepPredictor(model, sample, Selection(min_bytes=0))
+    exact = TensorFlowStepPredictor(model, sample, Selection(min_bytes=0))
+    scaled = TensorFlowStepPredictor(model, sample, Selection(min_bytes=0))
     worst = 0
     t = time.perf_counter(); scaled.trace(8); print(name, f"first trace {time.perf_counter()-t:.1f}s"); scaled.rescale_batches = True
     for b in (16, 24, 40, 5):

@@ -42,7 +42,7 @@ from lms_magic.lms.core.costs import StepCost  # noqa: E402
 from lms_magic.lms.core.plan import Selection  # noqa: E402
 from lms_magic.lms.tensorflow.compute import step_flops  # noqa: E402
 from lms_magic.lms.tensorflow.lean import LeanOps  # noqa: E402
-from lms_magic.lms.tensorflow.predictor import StepPredictor  # noqa: E402
+from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor  # noqa: E402
 from lms_magic.lms.tensorflow.probe import largest_batch  # noqa: E402
 
 GIB, MIB = 2**30, 2**20
@@ -81,7 +81,7 @@ def main():
 
     def measure(model, name):
         sample = (np.zeros((1, args.size, args.size, 3), "float32"), np.zeros((1,), "int64"))
-        predictor = StepPredictor(model, sample, Selection(),  # LMS's defaults: min_bytes 64 KiB
+        predictor = TensorFlowStepPredictor(model, sample, Selection(),  # LMS's defaults: min_bytes 64 KiB
                                   order_backward=args.order)
         predictor.trace(args.batch)
         started = time.perf_counter()

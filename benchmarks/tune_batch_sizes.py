@@ -8,12 +8,12 @@ import os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import keras, numpy as np
-from lms_magic.lms.tensorflow.predictor import StepPredictor
+from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 from lms_magic.lms.core.plan import Selection
 keras.utils.set_random_seed(0)
 m = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3))
 m.compile(keras.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
-p = StepPredictor(m, (np.zeros((2, 224, 224, 3), "float32"), np.zeros(2, "int32")), Selection())
+p = TensorFlowStepPredictor(m, (np.zeros((2, 224, 224, 3), "float32"), np.zeros(2, "int32")), Selection())
 p.rescale_batches = True
 for b in (64, 96, 128, 160, 32):
     t = time.perf_counter(); pred = p.predict(100, 1, b); dt = time.perf_counter() - t

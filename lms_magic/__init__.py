@@ -34,10 +34,10 @@ _PUBLIC = {
     "LmsStats": "lms_magic.lms.core.stats",
     "fit_generator": "lms_magic.fit.legacy",
     "parse_bytes": "lms_magic.units",
-    "predict_step": "lms_magic.lms.tensorflow.probe",
+    "predict_step": "lms_magic.lms.explain.step",
     "autotune": "lms_magic.tuning",
     "TuningSession": "lms_magic.tuning",
-    "explain_fit": "lms_magic.lms.explain",
+    "explain_fit": "lms_magic.lms.explain.explain_fit",
     "simulate_accelerator": "lms_magic.lms.devices",
     "memory_timeline_figure": "lms_magic.ui.plots",
     "save_html": "lms_magic.ui.report_html",
@@ -87,7 +87,7 @@ def _render_results_as_html(shell) -> None:
     formatter = shell.display_formatter.formatters["text/html"]
     formatter.for_type_by_name("lms_magic.memory.report", "MemoryReport", _memory_report_html)
     formatter.for_type_by_name("lms_magic.fit.results", "LmsFitResult", _fit_result_html)
-    formatter.for_type_by_name("lms_magic.lms.explain", "FitExplanation", _explanation_html)
+    formatter.for_type_by_name("lms_magic.lms.explain.results", "FitExplanation", _explanation_html)
 
 
 if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None:

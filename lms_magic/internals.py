@@ -60,6 +60,66 @@ def train_step_replaced(model, train_step: Callable, jit_off: bool = True) -> It
         model._jit_compile = saved_jit
 
 
+class ModelFitReplaced:
+    """The one interceptor of Keras's ``fit``: inside a ``with`` block, ``keras.Model.fit(model, *args, **kwargs)``
+    is ``self.route(original_fit, model, args, kwargs)``, and each of ``self.methods()`` (``fit_generator``, say) is
+    set on ``keras.Model``; after it, ``keras.Model`` is exactly as before (its own attribute, or none), however the
+    block ends. Where Keras is not imported yet, nothing is replaced (a cell that imports nothing of Keras imports
+    nothing here) and ``original_fit`` is None. Subclasses say what a fit does: ``fit/intercept.py`` routes a cell's
+    fits through fair runs, ``lms/explain/account.py`` explains the ones that run out of memory.
+
+    Example:
+        >>> import keras
+        >>> class Routed(ModelFitReplaced):
+        ...     def route(self, original, model, args, kwargs):
+        ...         return "routed", args
+        >>> with Routed():
+        ...     inside = keras.Sequential().fit(1, 2)
+        >>> inside, "fit" in keras.Model.__dict__
+        (('routed', (1, 2)), False)
+    """
+
+    original_fit: Callable | None = None
+
+    def route(self, original: Callable, model, args: tuple, kwargs: dict):
+        """What a ``fit`` of ``model`` does inside the block. Defaults to Keras's own."""
+        return original(model, *args, **kwargs)
+
+    def methods(self) -> dict[str, Callable]:
+        """Other attributes of ``keras.Model`` to set inside the block. Defaults to none."""
+        return {}
+
+    def __enter__(self):
+        keras = sys.modules.get("keras")
+        model_class = getattr(keras, "Model", None)
+        self._model_class, self._saved = model_class, {}
+        if model_class is None:
+            return self
+        methods = self.methods()
+        self._saved = {name: model_class.__dict__.get(name, _MISSING) for name in ("fit", *methods)}
+        original, route = model_class.fit, self.route
+
+        def fit(model, *args, **kwargs):
+            __tracebackhide__ = True  # noqa: F841
+            return route(original, model, args, kwargs)
+
+        fit.__doc__, fit.__wrapped__ = original.__doc__, original
+        self.original_fit = original
+        model_class.fit = fit
+        for name, method in methods.items():
+            setattr(model_class, name, method)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        model_class, saved, self._saved = self._model_class, self._saved, {}
+        for name, value in saved.items():
+            if value is _MISSING:
+                if name in model_class.__dict__:
+                    delattr(model_class, name)
+            else:
+                setattr(model_class, name, value)
+
+
 def layers_of(model) -> list:
     """Every layer of ``model``, nested ones included."""
     return list(model._flatten_layers(include_self=False, recursive=True))

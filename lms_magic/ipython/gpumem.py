@@ -96,7 +96,7 @@ class GpuMemMagics(Magics):
 
     def _run(self, compiled: CompiledCell, profiler: MemoryProfiler, args, local_ns, is_cell: bool):
         __tracebackhide__ = True  # noqa: F841
-        from ..tuning.oom import FitsExplained, OutOfMemoryExplained
+        from ..lms.explain.account import FitsExplained, OutOfMemoryExplained
 
         report = profiler.report
         # a fit that runs out of memory is explained once the measuring is over, above the error

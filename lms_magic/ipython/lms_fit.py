@@ -77,7 +77,7 @@ class LmsFitMagics(Magics):
         result = LmsFitResult()
         announce = (lambda text: None) if args.quiet else print
         interceptor = FitInterceptor(lambda model, a, kw: self._record(result, runner.run(model, a, kw)))
-        from ..tuning.oom import explain_out_of_memory
+        from ..lms.explain.account import explain_out_of_memory
 
         with interceptor:
             # a variant that runs out of memory is marked so, and explained: what filled the step, what would fit

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable, ContextManager, Protocol
 
+from .core.prediction import StepPredictor
 from .core.stats import LmsStats
 from .options import LmsOptions
 
@@ -95,7 +96,8 @@ class Framework:
         raise NotImplementedError
 
     @classmethod
-    def predictor(cls, model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute) -> Any:
+    def predictor(cls, model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool,
+                  recompute) -> StepPredictor:
         """The predictor (the tuner's, ``explain_fit``'s) for ``options``; by default a ValueError saying why the
         tuner does not run here."""
         raise ValueError(cls.tuner_refusal or f"the tuner does not run on {cls.name!r}")

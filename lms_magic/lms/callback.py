@@ -261,8 +261,8 @@ class LMS(keras.callbacks.Callback):
 
     def _say_out_of_memory(self, error: Exception, shapes) -> None:
         """Above an out-of-memory error of an LMS step: what the step needed, what filled it, what would fit
-        (``explain.out_of_memory_account``, on zeros shaped as the batch); the error is then raised as it was."""
-        from .explain import out_of_memory_account
+        (``explain/account.py``'s ``out_of_memory_account``, on zeros shaped as the batch); the error is then raised as it was."""
+        from .explain.account import out_of_memory_account
         from .samples import zeros_like_batch
 
         release_library_frames(error)  # the failed step's tensors: the account runs a step on the device too

@@ -1,9 +1,9 @@
 """Tuning LMS: instant predictions for any setting, measured trials, and autotune.
 
 A :class:`TuningSession` holds what the sliders and buttons of ``%lms_tune``
-need: one step predictor (the liveness replay that ``LMS`` reports, traced once:
-:class:`~lms_magic.lms.tensorflow.predictor.StepPredictor` on TensorFlow's traced
-graph, :class:`~lms_magic.lms.jax.predictor.JaxStepPredictor` on JAX's jaxpr), one
+need: one step predictor per way of training (``lms/explain/predictors.py``, each answering
+:class:`~lms_magic.lms.core.prediction.StepPredictor`: the liveness replay that ``LMS`` reports, of
+TensorFlow's traced graph or JAX's jaxpr), one
 :class:`~lms_magic.tuning.trials.TrialRunner` (K steps from one saved start),
 the host link bandwidth, and the trials so far. :func:`autotune` is the same
 search as a Python call.
@@ -74,7 +74,7 @@ class TuningSession:
     def __init__(self, model, data, batch_size: int = 32, budget=None, steps: int = 5,
                  min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None, host_device: str | None = None,
                  bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
-        from ..lms.predictors import StepPredictors
+        from ..lms.explain.predictors import StepPredictors
         from ..memory.bandwidth import host_link_bandwidth
         from .trials import TrialRunner
 

@@ -27,7 +27,7 @@ class TrialRunner:
         steps: timed steps per trial (one more runs first, untimed).
         lms_options: more :class:`lms_magic.LMS` options (``min_bytes``,
             ``device``, ``host_device``...).
-        predictor: a :class:`StepPredictor`, for the peak when no GPU measures one.
+        predictor: a :class:`~lms_magic.lms.core.prediction.StepPredictor`, for the peak when no GPU measures one.
 
     On a GPU with TensorFlow the peak is TensorFlow's allocator peak for the
     trial (``peak_source`` says "measured"). Without one the trials train on

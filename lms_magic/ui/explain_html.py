@@ -1,4 +1,4 @@
-"""HTML of a ``FitExplanation`` (``lms/explain.py``): what fills the step's peak, and what fits."""
+"""HTML of a ``FitExplanation`` (``lms/explain/results.py``): what fills the step's peak, and what fits."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def explanation_html(found) -> str:
     """Three tables: the peak by kind, the layers holding the most, and each way of training against the device.
 
     Example:
-        >>> from lms_magic.lms.explain import FitExplanation, ModeFit
+        >>> from lms_magic.lms.explain.results import FitExplanation, ModeFit
         >>> peak = {"bytes": 3 * MIB, "phase": "backward", "op": "x", "by_kind": {"weights": MIB, "activations_kept": 2 * MIB},
         ...         "layers": [{"layer": "conv", "bytes": 2 * MIB}]}
         >>> page = explanation_html(FitExplanation(8, 4 * MIB, 3 * MIB, peak, [ModeFit("LMS", MIB, True, 20, 1.1, "%%lms_fit")]))

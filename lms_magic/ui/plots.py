@@ -305,7 +305,7 @@ def frontier_figure(found):
     per way of training, with the device's usable memory as a dashed line (None where there is no frontier).
 
     Example:
-        >>> from lms_magic.lms.explain import FitExplanation, FrontierPoint
+        >>> from lms_magic.lms.explain.results import FitExplanation, FrontierPoint
         >>> points = [FrontierPoint(b, "without LMS", 10 * b * MIB, 1.0, b <= 4) for b in (2, 4, 8)]
         >>> figure = frontier_figure(FitExplanation(8, 64 * MIB, 48 * MIB, {}, [], points))
         >>> [trace.name for trace in figure.data], figure.layout.xaxis.title.text

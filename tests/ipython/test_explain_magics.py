@@ -1,5 +1,5 @@
 """A fit that runs out of memory, explained above the error (%%gpumem, %%lms_fit), and %%gpumem --explain, which
-gives the same account without training (tuning/oom.py)."""
+gives the same account without training (lms/explain/account.py)."""
 
 import numpy as np
 import pytest

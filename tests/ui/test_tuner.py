@@ -103,7 +103,7 @@ def test_apply_sets_the_next_lms_fit_and_prints_the_call(tuning_session, shell, 
 
 
 def test_the_toggles_switch_the_predictions_the_trials_and_the_next_lms_fit(tuning_data, devices, shell):
-    from lms_magic.lms.tensorflow.predictor import StepPredictor
+    from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
     from lms_magic.tuning.trials import take_samples
     from lms_magic.tuning.session import TuningSession
     from tests.models import residual_bn_dropout
@@ -116,7 +116,7 @@ def test_the_toggles_switch_the_predictions_the_trials_and_the_next_lms_fit(tuni
     tuner.controls["n_tensors"].value = tuner.controls["n_tensors"].max
     keras_prediction = tuner.estimate
     tuner.toggles["lean_ops"].value = True
-    lean = StepPredictor(model, take_samples(tuning_data, 2), session.predictor.selection, HOST, lean_ops=True)
+    lean = TensorFlowStepPredictor(model, take_samples(tuning_data, 2), session.predictor.selection, HOST, lean_ops=True)
     count = tuner.controls["n_tensors"].value
     assert session.predictor.lean_ops and session.runner.options["lean_ops"] is True
     assert tuner.estimate.peak_bytes == lean.predict(count, 1, 16).peak_bytes != keras_prediction.peak_bytes

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Protocol, runtime_checkable
 
 from .plan import Candidate, Selection, plan_swaps
 
@@ -41,6 +42,40 @@ class Prediction:
     recomputed_bytes_per_step: int = 0  # with recompute="only": computed again on the device, never copied
 
 
+@runtime_checkable
+class StepPredictor(Protocol):
+    """What ``explain_fit`` and ``%lms_tune`` ask of a backend's step predictor, one per way of training
+    (``Framework.predictor``): TensorFlow's traced graph, JAX's jaxpr, PyTorch's step run at two batch sizes.
+    :class:`PrefixPredictions` gives ``predict``, ``fewest_swaps`` and ``planned`` from two methods, and the
+    defaults of the rest.
+    """
+
+    persistent_bytes: int  # the weights, optimizer state and metrics' variables, held through the step
+    compute_estimate: str  # what estimated_compute_s counts, as the step-time figures say it
+    caveat: str  # what the predictions leave out where that matters to an answer ("" where nothing)
+    plain_peak_source: str  # where plain_peak_bytes comes from ("" for the replay)
+
+    @property
+    def traced_batches(self) -> tuple[int, ...]:
+        """The batch sizes the step was traced (or run) at, in order; every other is read off them."""
+
+    def predict(self, n_tensors: int | None = -1, lb: int = 1, batch_size: int = 32) -> Prediction: ...
+
+    def planned(self, lb: int = 1, batch_size: int = 32, capacity_bytes: int | None = None) -> Prediction: ...
+
+    def fewest_swaps(self, budget_bytes: int, lb: int = 1, batch_size: int = 32) -> int: ...
+
+    def plain_peak_bytes(self, batch_size: int) -> int: ...
+
+    def explain(self, n_tensors: int, lb: int = 1, batch_size: int = 32) -> dict: ...
+
+    def estimated_compute_s(self, batch_size: int, device: str | None = None) -> float: ...
+
+    def share(self, made: Mapping[tuple, "StepPredictor"]) -> None:
+        """Takes what it can from the predictors of the same model and sample made before it (their traces, the
+        rule that sized them), keyed ``(lean_ops, order_backward, recompute)``."""
+
+
 class PrefixPredictions:
     """``predict``, ``fewest_swaps`` and ``planned`` over a predictor's :meth:`eligible` and :meth:`transient_peak`.
 
@@ -50,6 +85,11 @@ class PrefixPredictions:
 
     persistent_bytes: int = 0
     recompute = False
+    compute_estimate = ""
+    caveat = ""
+
+    def share(self, made: Mapping[tuple, StepPredictor]) -> None:
+        """Nothing to take: each batch size is traced or run on its own."""
 
     def eligible(self, lb: int, batch_size: int) -> list[Candidate]:
         """The candidates the filters let through at this ``lb`` and batch size, in forward order."""

@@ -87,6 +87,11 @@ class JaxStepPredictor(PrefixPredictions):
                                                                  model.metrics_variables, optimizer)]
         return inner, (state[0], state[1], state[2], x, y, sample_weight, state[3])
 
+    @property
+    def traced_batches(self) -> tuple[int, ...]:
+        """The batch sizes traced, in order (every other one is rescaled from the first two)."""
+        return tuple(self._traced)
+
     def trace(self, batch_size: int) -> JaxStep:
         """The step's jaxpr at ``batch_size``, as LMS plans on it: traced for the first two batch sizes asked
         for, and from those two for the others where every size is a line in the batch (``rescale.py``)."""

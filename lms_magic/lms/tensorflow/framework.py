@@ -80,10 +80,11 @@ class TensorFlowFramework(Framework):
     @staticmethod
     def predictor(model, samples, options: LmsOptions, lean_ops: bool, order_backward: bool, recompute):
         from .. import devices
-        from .predictor import StepPredictor
+        from .predictor import TensorFlowStepPredictor
 
-        return StepPredictor(model, samples, options.selection, options.host_device or devices.default_host(),
-                             order_backward=order_backward, lean_ops=lean_ops, recompute=recompute)
+        return TensorFlowStepPredictor(model, samples, options.selection, options.host_device or devices.default_host(),
+                             order_backward=order_backward, lean_ops=lean_ops, recompute=recompute,
+                             rescale_batches=True)
 
     @staticmethod
     def trial_device() -> tuple[str | None, bool]:

@@ -55,7 +55,7 @@ def _input_bytes(specs) -> list[int]:
     return [spec.shape.num_elements() * spec.dtype.size for spec in tf.nest.flatten(specs)]
 
 
-class StepPredictor(PrefixPredictions):
+class TensorFlowStepPredictor(PrefixPredictions):
     """Predicts a model's train-step peak for any batch size, ``n_tensors`` and ``lb``.
 
     Args:
@@ -71,6 +71,8 @@ class StepPredictor(PrefixPredictions):
         recompute: "only" predicts ``LMS(recompute="only")``: the candidates are those that can be computed
             again from tensors the backward pass holds (``recompute.plan_recomputes``), the first
             ``n_tensors`` of them recomputed, nothing copied. Defaults to False (swaps).
+        rescale_batches: every batch size read off one trace and the batch asked for first (see ``trace``), as
+            ``explain_fit`` and the tuner's batch slider ask; else each batch size traced. Defaults to False.
 
     Raises:
         ValueError: the model is not compiled, or the sample has no batch.
@@ -80,7 +82,7 @@ class StepPredictor(PrefixPredictions):
         >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")
         ...                           for _ in range(6)] + [keras.layers.Dense(1)])
         >>> model.compile("sgd", "mse")
-        >>> predictor = StepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
+        >>> predictor = TensorFlowStepPredictor(model, (np.ones((2, 64), "float32"), np.ones((2, 1), "float32")))
         >>> few, many = predictor.predict(0, batch_size=1024), predictor.predict(-1, batch_size=1024)
         >>> many.peak_bytes < few.peak_bytes == few.peak_bytes_without_lms
         True
@@ -89,8 +91,9 @@ class StepPredictor(PrefixPredictions):
     compute_estimate = "the traced step's matrix FLOPs at the device's rate"  # what estimated_compute_s counts
 
     def __init__(self, model, sample, selection: Selection | None = None, host_device: str = "/CPU:0",
-                 order_backward: bool = False, lean_ops: bool = False, recompute=False):
+                 order_backward: bool = False, lean_ops: bool = False, recompute=False, rescale_batches: bool = False):
         compiled_model(model)
+        self.rescale_batches = rescale_batches
         self.recompute = recompute
         self.selection = selection or Selection()
         self.host_device = host_device
@@ -108,7 +111,7 @@ class StepPredictor(PrefixPredictions):
         self._replays: dict[tuple[int, int, int], object] = {}  # explained replays, memoised
         self._traced: list[int] = []  # the batch sizes traced, in order (the first two give the others: trace)
         self._source = None  # what _rescale_source found (False: the two traces differ)
-        self._without_lean: StepPredictor | None = None  # with lean_ops: the predictor without (sized_like)
+        self._without_lean: TensorFlowStepPredictor | None = None  # with lean_ops: the predictor without (sized_like)
         # where the peaks are read off lines (every tensor of the two traces grows linearly with the batch, and
         # in place as at both): the batch sizes the lines do not serve (core/batch_lines.py); else None
         self._coincidences: set[int] | None = None
@@ -127,8 +130,6 @@ class StepPredictor(PrefixPredictions):
         """The bytes of the weights, optimizer state and metric variables."""
         return sum(tensor.nbytes for tensor in self._persistent)
 
-    rescale_batches = False  # with True, every batch size is read off one trace and the batch asked first (see trace)
-
     def trace(self, batch_size: int) -> TracedStep:
         """The train step at ``batch_size`` (once per batch size): traced, or with ``rescale_batches`` (and no
         ``order_backward``) read off two steps: the first traced at a prime near the batch asked for, the second
@@ -140,6 +141,24 @@ class StepPredictor(PrefixPredictions):
         if batch_size not in self._steps:
             self._trace(batch_size)
         return self._steps[batch_size]
+
+    @property
+    def traced_batches(self) -> tuple[int, ...]:
+        """The batch sizes traced, in order (every other one is read off the first two, or sized from the first)."""
+        return tuple(batch for batch in self._traced if not isinstance(self._plain[batch].batch_size, Rescaled))
+
+    def step_source(self, batch_size: int) -> str:
+        """How the step at ``batch_size`` was made: "traced", "shape inference" (sized from the first trace by
+        TensorFlow's, ``batch_import``) or "two traces" (read off the first two steps, ``Rescaled``)."""
+        sized = self.trace(batch_size).batch_size
+        if not isinstance(sized, Rescaled):
+            return "traced"
+        return "shape inference" if sized.to == sized.other else "two traces"
+
+    def reads_lines(self, lb: int, batch_size: int, count: int) -> bool:
+        """Whether the peak with the first ``count`` candidates moved at ``batch_size`` is read off the two steps'
+        live bytes as lines in the batch (``core/batch_lines.py``), with no replay of its own."""
+        return self._live_lines(lb, batch_size, count) is not None
 
     def _read_off_traces(self, batch_size: int) -> None:
         """Makes the step at ``batch_size`` without tracing it where it can: the first one traced at a prime from
@@ -166,10 +185,17 @@ class StepPredictor(PrefixPredictions):
             self._steps[batch_size] = self._plain[batch_size] = step.at(
                 Rescaled(first, batch_size, other, other_dims), _input_bytes(_specs(self.sample, batch_size)))
 
-    def sized_like(self, without_lean: "StepPredictor") -> None:
-        """With ``lean_ops``: the predictor of the same model and sample without; where it sized its second step
-        by the import at the same prime and batch, this one's is sized by the same rule without an import."""
-        self._without_lean = without_lean
+    def share(self, made) -> None:
+        """From the predictors of the same model and sample made before it (``made``, keyed ``(lean_ops,
+        order_backward, recompute)``): with ``recompute``, the steps of the one that differs only in what it moves
+        (made and to be made); with ``lean_ops``, the one without, whose sizing rule it follows where that step
+        was imported at the same prime and batch (``_scaled_as_without_lean``)."""
+        traced = made.get((self.lean_ops, self.order_backward, False)) if self.recompute else None
+        if traced is not None:  # the same step, moved otherwise
+            self._steps, self._plain, self._orders, self._traced = \
+                traced._steps, traced._plain, traced._orders, traced._traced
+        if self.lean_ops:
+            self._without_lean = made.get((False, self.order_backward, self.recompute))
 
     def _scaled_as_without_lean(self, first: TracedStep, batch_size: int) -> dict | None:
         """The dimensions at ``batch_size`` by ``batch_import.scaled`` alone, where the step without ``lean_ops``,
@@ -209,11 +235,6 @@ class StepPredictor(PrefixPredictions):
                 self._orders[batch_size] = (ordering.rank_of(attempt.step), attempt.ordered)
             elif attempt is not None:
                 attempt.remove()
-
-    def share_traces(self, other: "StepPredictor") -> None:
-        """Reads its steps off ``other``'s traces (made and to be made): a predictor of the same model, step
-        (``lean_ops``, ``order_backward``) and sample that differs only in what it moves (``recompute``)."""
-        self._steps, self._plain, self._orders, self._traced = other._steps, other._plain, other._orders, other._traced
 
     def _rescale_source(self):
         """The first two traces, as ``((batch, step), (other batch, its tensors' dimensions by name))``, where their
@@ -336,4 +357,4 @@ class StepPredictor(PrefixPredictions):
         return step_flops(self._flop_ops[graph], step.batch_size) / device_flops_per_s(device)
 
 
-__all__ = ["StepPredictor", "Prediction"]
+__all__ = ["TensorFlowStepPredictor", "Prediction"]

@@ -81,6 +81,8 @@ class TorchStepPredictor(PrefixPredictions):
                              f"{PROBE_BATCHES[0]} and {PROBE_BATCHES[1]}, so no other batch size can be read off them")
         self._steps: dict[tuple[int, int], tuple[list[Candidate], SavedTensorStep]] = {}
 
+    traced_batches = PROBE_BATCHES  # the batch sizes the step runs at
+
     def _run(self, batch_size: int):
         """The step's saved activations (forward order), the backward pass's reads of them (as positions) and
         its matrix FLOPs, at ``batch_size``; the model's variables as they were after."""

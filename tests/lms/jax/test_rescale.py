@@ -29,7 +29,7 @@ def test_a_batch_size_read_off_two_traces_predicts_what_its_own_trace_does(build
     predictor = JaxStepPredictor(model, sample)
     predictor.trace(4), predictor.trace(6)
     read_off = predictor.trace(40)
-    assert predictor._traced == [4, 6]  # 40 was not traced
+    assert predictor.traced_batches == (4, 6)  # 40 was not traced
     inner, args = predictor._inner_and_args(40)
     traced = trace_step(named_residuals(inner), args, predictor._layer_types)
     assert [(c.tensor, c.shape, c.nbytes) for c in read_off.candidates] == \
@@ -40,3 +40,15 @@ def test_a_batch_size_read_off_two_traces_predicts_what_its_own_trace_does(build
     explained, own = read_off.explain(read_off.candidates[:5], []), traced.explain(
         [by_name[c.tensor] for c in read_off.candidates[:5]], [])
     assert (explained["bytes"], explained["by_kind"], explained["top"]) == (own["bytes"], own["by_kind"], own["top"])
+
+
+def test_every_way_of_training_answers_the_step_predictor_protocol():
+    """explain_fit and the tuner ask each way's predictor through one typed protocol (core/prediction.py)."""
+    from lms_magic.lms.core.prediction import StepPredictor
+    from lms_magic.lms.explain.predictors import StepPredictors
+    from lms_magic.lms.options import LmsOptions
+
+    model, sample = _convolutional()
+    predictors = StepPredictors(model, sample, LmsOptions(min_bytes=0))
+    for way in ((False, False, False), (False, False, "only")):
+        assert isinstance(predictors.get(*way), StepPredictor), way

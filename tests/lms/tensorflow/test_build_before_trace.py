@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from lms_magic import internals
 from lms_magic.lms.persistent import persistent_bytes
-from lms_magic.lms.tensorflow.predictor import StepPredictor
+from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 
 
 class Counted(keras.layers.Layer):
@@ -110,7 +110,7 @@ def test_the_predictor_sizes_the_optimizer_state_off_the_model_s_own(monkeypatch
                         classmethod(lambda cls, config: copies.append(config) or from_config(config)))
     before = persistent_bytes(model)  # the optimizer not built: counted on a copy
     assert len(copies) == 1
-    predictor = StepPredictor(model, data)
+    predictor = TensorFlowStepPredictor(model, data)
     predicted = predictor.predict(0, 1, 16)
     assert len(copies) == 1 and model.optimizer.built
     assert predicted.persistent_bytes == predictor.persistent_bytes == persistent_bytes(model) > before

@@ -1,5 +1,5 @@
-"""Batch sizes read off two traces (``StepPredictor.rescale_batches``, what ``explain_fit`` searches with): the same
-predictions as a trace at each batch size, to the byte."""
+"""Batch sizes read off two traces (``TensorFlowStepPredictor(rescale_batches=True)``, what ``explain_fit`` searches
+with): the same predictions as a trace at each batch size, to the byte."""
 
 import keras
 import numpy as np
@@ -7,8 +7,7 @@ import pytest
 
 from lms_magic.lms.core.plan import Selection
 from lms_magic.lms.tensorflow.batch_import import is_prime
-from lms_magic.lms.tensorflow.predictor import StepPredictor
-from lms_magic.lms.tensorflow.rewrite import Rescaled
+from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 from tests import models
 from tests.conftest import DEVICES
 
@@ -25,10 +24,12 @@ def attention():
 
 
 def predictors(build, min_bytes=0):
+    """A predictor tracing each batch size, and one reading batch sizes off traces as ``explain_fit`` does."""
     model = build()
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     sample = (np.zeros((2,) + tuple(model.input_shape[1:]), "float32"), np.zeros(2, "int32"))
-    return (StepPredictor(model, sample, Selection(min_bytes=min_bytes), DEVICES.host) for _ in range(2))
+    return (TensorFlowStepPredictor(model, sample, Selection(min_bytes=min_bytes), DEVICES.host, rescale_batches=read)
+            for read in (False, True))
 
 
 def assert_same_predictions(exact, rescaled, batch):
@@ -47,14 +48,18 @@ def test_a_batch_read_off_two_traces_predicts_as_its_own_trace(devices, build):
     """The attention block's Dense layers reshape (batch, 24, 32) to (batch * 24, 32): a dimension that grows with
     the batch without being it. ResNet's 7x7 stem and the 10 classes: widths equal to a batch traced."""
     exact, rescaled = predictors(build)
-    rescaled.trace(7)  # the batch asked for, as explain_fit traces it
+    rescaled.rescale_batches = False
+    rescaled.trace(7)  # traced at 7, as it was before the import; then 10 traced, every other read off the two
     rescaled.rescale_batches = True
     for batch in (10, 24, 3):
         assert_same_predictions(exact, rescaled, batch)
-    assert rescaled._traced == [7, 10]  # two traces for every batch size
+    # two steps for every batch size: 7 traced, 10 traced or sized from it (where 7 divides none of the model's
+    # dimensions), the others read off the two
+    assert rescaled.traced_batches[0] == 7 and rescaled.step_source(10) in ("traced", "shape inference")
+    assert [rescaled.step_source(batch) for batch in (24, 3)] == ["two traces", "two traces"]
     # and batch sizes 24 and 3 were predicted with no replay of their own: the replays at 7 and 10, as lines
-    assert rescaled._coincidences is not None and rescaled._lines
-    assert all(lines is not None for lines in rescaled._lines.values())
+    for batch in (24, 3):
+        assert rescaled.reads_lines(1, batch, 0) and rescaled.reads_lines(1, batch, len(rescaled.eligible(1, batch)))
 
 
 @pytest.mark.parametrize("build", [reduced("resnet"), attention], ids=["resnet", "attention"])
@@ -62,27 +67,25 @@ def test_the_batch_asked_for_is_sized_off_one_trace_at_a_prime(devices, build):
     """Read off from the first batch asked for (as explain_fit asks): one trace, at a prime from 8 up that divides
     none of the model's dimensions, and the batch asked for sized by TensorFlow's shape inference from it."""
     exact, rescaled = predictors(build)
-    rescaled.rescale_batches = True
     for batch in (8, 24, 3):
         assert_same_predictions(exact, rescaled, batch)
-    traced, imported = rescaled._traced
-    assert traced > 8 and is_prime(traced) and imported == 8
-    assert isinstance(rescaled.trace(8).batch_size, Rescaled) and not isinstance(rescaled.trace(traced).batch_size,
-                                                                                 Rescaled)
+    (traced,) = rescaled.traced_batches
+    assert traced > 8 and is_prime(traced)
+    assert [rescaled.step_source(batch) for batch in (traced, 8, 24, 3)] == \
+        ["traced", "shape inference", "two traces", "two traces"]
 
 
 def test_tensors_eligible_at_larger_batches_only_are_read_off_lines_too(devices):
     """With ``min_bytes`` (LMS's default is 64 KiB), the attention block's (batch, 24, 32) tensors are below it at the
     batch sizes traced and above it at 64: moved there, and in the traces' steps for the lines, to the byte."""
     exact, rescaled = predictors(attention, min_bytes=40 * 1024)
-    rescaled.rescale_batches = True
     for batch in (8, 64, 200):
         assert_same_predictions(exact, rescaled, batch)
-    traced, imported = rescaled._traced
-    small = {item.candidate.tensor for item in rescaled.candidates(1, traced)}
-    large = [item.candidate.tensor for item in rescaled.candidates(1, 64)]
+    (traced,) = rescaled.traced_batches
+    small = {candidate.tensor for candidate in rescaled.eligible(1, traced)}
+    large = [candidate.tensor for candidate in rescaled.eligible(1, 64)]
     assert not set(large) <= small  # more are eligible at 64 than at the batch sizes traced
-    assert rescaled._live_lines(1, 64, len(large)) is not None
+    assert rescaled.reads_lines(1, 64, len(large))
 
 
 @pytest.mark.parametrize("build", [models.residual_bn_dropout, reduced("resnet")], ids=["residual", "resnet"])
@@ -96,17 +99,32 @@ def test_the_lean_step_is_sized_as_the_step_without_it_was(devices, build, monke
     model = build()
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     sample = (np.zeros((2,) + tuple(model.input_shape[1:]), "float32"), np.zeros(2, "int32"))
-    plain, lean, exact = (StepPredictor(model, sample, Selection(min_bytes=0), DEVICES.host, lean_ops=lean_ops)
-                          for lean_ops in (False, True, True))
-    plain.rescale_batches = lean.rescale_batches = True
-    lean.sized_like(plain)
+    plain, lean, exact = (TensorFlowStepPredictor(model, sample, Selection(min_bytes=0), DEVICES.host, lean_ops=lean_ops,
+                                                  rescale_batches=read)
+                          for lean_ops, read in ((False, True), (True, True), (True, False)))
+    lean.share({(False, False, False): plain})
     imports = []
     monkeypatch.setattr(predictor_module, "dims_at", lambda *args: imports.append(args) or dims_at(*args))
     plain.eligible(1, 8)
     lean.eligible(1, 8)
     assert len(imports) == 1  # the step without lean_ops's
-    traced = lean._traced[0]
-    assert lean._traced == [traced, 8] and traced == plain._traced[0]
+    (traced,) = lean.traced_batches
+    assert plain.traced_batches == (traced,) and lean.step_source(8) == "shape inference"
     assert lean.trace(8).batch_size.other_dims == dims_at(lean.trace(traced).ops[0].graph, traced, 8)
     for batch in (8, 24, 3):
         assert_same_predictions(exact, lean, batch)
+
+
+def test_every_way_of_training_answers_the_step_predictor_protocol(devices):
+    """explain_fit and the tuner ask each way's predictor through one typed protocol (core/prediction.py)."""
+    from lms_magic.lms.core.prediction import StepPredictor
+    from lms_magic.lms.explain.predictors import StepPredictors
+    from lms_magic.lms.options import LmsOptions
+
+    model = models.residual_bn_dropout()
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    data = (np.zeros((4,) + tuple(model.input_shape[1:]), "float32"), np.zeros(4, "int32"))
+    predictors = StepPredictors(model, data, LmsOptions(min_bytes=0, device=DEVICES.accelerator,
+                                                        host_device=DEVICES.host))
+    for way in ((False, False, False), (True, False, False), (False, True, False), (False, False, "only")):
+        assert isinstance(predictors.get(*way), StepPredictor), way

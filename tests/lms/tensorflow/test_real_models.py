@@ -24,7 +24,7 @@ import pytest
 
 from lms_magic import LMS
 from lms_magic.lms.core.plan import Selection
-from lms_magic.lms.tensorflow.predictor import StepPredictor
+from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 from tests.conftest import DEVICES
 
 OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(0.01, momentum=0.9), "adam": lambda: keras.optimizers.Adam(1e-3)}
@@ -201,7 +201,7 @@ def test_planning_beats_swapping_everything_where_that_raises_the_peak(optimizer
     """EfficientNetB0 with Adam: swapping every candidate was predicted above no LMS (issue 12)."""
     case = Case(application("EfficientNetB0", 64), optimizer, batch=8)
     model = case.model()
-    predictor = StepPredictor(model, case.data(model, 1), Selection(min_bytes=0), host_device=DEVICES.host)
+    predictor = TensorFlowStepPredictor(model, case.data(model, 1), Selection(min_bytes=0), host_device=DEVICES.host)
     planned, everything = predictor.planned(1, 8), predictor.predict(-1, 1, 8)
     assert planned.peak_bytes < planned.peak_bytes_without_lms
     assert planned.peak_bytes <= 1.01 * everything.peak_bytes  # within the plan's 1%, moving fewer bytes

@@ -138,7 +138,7 @@ def test_the_failed_steps_tensors_are_let_go_before_the_account_and_the_users_fr
     import pytest
     import torch
 
-    from lms_magic.tuning.oom import OutOfMemoryExplained
+    from lms_magic.lms.explain.account import OutOfMemoryExplained
 
     activations = []
 
@@ -188,3 +188,12 @@ def test_explain_fit_against_a_budget_holds_every_way_to_it():
     predictor = TorchStepPredictor(model, (data[0][:2], data[1][:2]))
     largest = found.modes[0].largest_batch
     assert predictor.plain_peak_bytes(largest) <= 2**20 < predictor.plain_peak_bytes(largest + 1)
+
+
+def test_the_predictor_answers_the_step_predictor_protocol():
+    """explain_fit asks it through the one typed protocol of every backend's predictor (core/prediction.py)."""
+    from lms_magic.lms.core.prediction import StepPredictor
+    from lms_magic.lms.explain.predictors import StepPredictors
+    from lms_magic.lms.options import LmsOptions
+
+    assert isinstance(StepPredictors(cnn(), images(), LmsOptions(min_bytes=0), tuner=False).get(), StepPredictor)

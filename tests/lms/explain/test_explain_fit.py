@@ -1,5 +1,5 @@
 """explain_fit on TensorFlow: the step's peak explained by kind and by layer, and the largest batch each way of
-training fits, without training (lms/explain.py)."""
+training fits, without training (lms/explain/explain_fit.py)."""
 
 import numpy as np
 import pytest
@@ -138,11 +138,11 @@ def test_the_frontier_gives_each_way_at_each_batch_and_the_largest_at_speed(devi
 def test_lean_ops_on_a_model_without_batch_normalization_is_traced_once(devices, monkeypatch):
     """lean_ops changes BatchNormalization's gradient only: on a model without one its step is the step with LMS
     alone, traced once for both, with the same figures."""
-    from lms_magic.lms.tensorflow.predictor import StepPredictor
+    from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 
     traced = []
-    trace = StepPredictor._trace
-    monkeypatch.setattr(StepPredictor, "_trace", lambda self, batch: traced.append(self.lean_ops) or trace(self, batch))
+    trace = TensorFlowStepPredictor._trace
+    monkeypatch.setattr(TensorFlowStepPredictor, "_trace", lambda self, batch: traced.append(self.lean_ops) or trace(self, batch))
     found = explain_fit(reference_cnn_small(), images(64, 32), batch_size=BATCH, capacity="4MiB",
                         modes=("LMS", "LMS, lean_ops"), batch_sizes=(16, 64), **OPTIONS)
     assert traced == [False]

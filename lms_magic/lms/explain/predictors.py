@@ -1,9 +1,10 @@
-"""A model's step predictors, one per way of training, and the step's estimated cost: what the tuner
-(``tuning/session.py``) and ``explain_fit`` (``explain.py``) both predict with (no framework import here)."""
+"""A model's step predictors, one per way of training, and the step's estimated cost: what ``explain_fit``
+(``explain_fit.py``) and the tuner (``tuning/session.py``) both predict with (no framework import here)."""
 
 from __future__ import annotations
 
-from .options import LmsOptions
+from ..core.prediction import StepPredictor
+from ..options import LmsOptions
 
 
 class StepPredictors:
@@ -22,8 +23,8 @@ class StepPredictors:
     """
 
     def __init__(self, model, data, options: LmsOptions, tuner: bool = True):
-        from .framework import check_devices, framework, refuse_unavailable
-        from .samples import take_samples
+        from ..framework import check_devices, framework, refuse_unavailable
+        from ..samples import take_samples
 
         self.framework = framework()
         if tuner and self.framework.tuner_refusal is not None:
@@ -33,7 +34,7 @@ class StepPredictors:
         if "device" not in self.unavailable:
             check_devices(options.device, options.host_device)
         self.model, self.options, self.samples = model, options, take_samples(data, 2)
-        self._made: dict[tuple, object] = {}
+        self._made: dict[tuple, StepPredictor] = {}
         self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
         self._lean_changes: bool | None = None  # whether lean_ops changes any layer of the model (lean_changes)
 
@@ -41,36 +42,30 @@ class StepPredictors:
         """Whether ``lean_ops`` changes the model's step: it has a ``BatchNormalization`` whose gradient it computes
         (``lean.lean_layers``). Where not, the lean step is the step without it."""
         if self._lean_changes is None:
-            from .lean import lean_layers
+            from ..lean import lean_layers
 
             self._lean_changes = bool(lean_layers(self.model))
         return self._lean_changes
 
-    def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False):
-        """The predictor for these options (made once). On TensorFlow it reads every batch size off two steps
-        (``StepPredictor.rescale_batches``): a trace at a prime near the batch asked for first, and that batch sized
-        from it; a new one on the batch slider is then instant. ``lean_ops`` on a model with no layer it changes
-        (no ``BatchNormalization``) is the step without it: that predictor."""
+    def get(self, lean_ops: bool = False, order_backward: bool = False, recompute=False) -> StepPredictor:
+        """The predictor for these options (made once), given the ones made before it to take what it can from
+        (``StepPredictor.share``: on TensorFlow, the traces of the same step and the rule that sized them). On
+        TensorFlow it reads every batch size off two steps: a trace at a prime near the batch asked for first, and
+        that batch sized from it; a new one on the batch slider is then instant. ``lean_ops`` on a model with no
+        layer it changes (no ``BatchNormalization``) is the step without it: that predictor."""
         lean_ops = lean_ops and self.lean_changes()
         key = (lean_ops, order_backward, recompute)
         if key not in self._made:
-            made = self._made[key] = self.framework.predictor(self.model, self.samples, self.options, *key)
-            if hasattr(made, "rescale_batches"):
-                made.rescale_batches = True
-            traced = self._made.get((lean_ops, order_backward, False))
-            if recompute and traced is not None and hasattr(made, "share_traces"):  # the same step, moved otherwise
-                made.share_traces(traced)
-            without = self._made.get((False, order_backward, recompute))
-            if lean_ops and without is not None and hasattr(made, "sized_like"):  # sized by the same rule
-                made.sized_like(without)
+            made = self.framework.predictor(self.model, self.samples, self.options, *key)
+            made.share(self._made)
+            self._made[key] = made
         return self._made[key]
 
-
-    def step_cost(self, predictor, batch_size: int, bandwidth, compute_s: float | None = None):
+    def step_cost(self, predictor: StepPredictor, batch_size: int, bandwidth, compute_s: float | None = None):
         """The :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: ``compute_s`` where one was measured
         (said so), else ``predictor``'s traced step FLOPs at the device's rate (once per predictor and batch size);
         the host link's ``bandwidth``."""
-        from .core.costs import StepCost
+        from ..core.costs import StepCost
 
         link = (bandwidth.device_to_host, bandwidth.host_to_device)
         if compute_s is not None:
@@ -79,3 +74,6 @@ class StepPredictors:
         if key not in self._compute_s:
             self._compute_s[key] = predictor.estimated_compute_s(batch_size, self.options.device)
         return StepCost(self._compute_s[key], "estimated: " + predictor.compute_estimate, *link)
+
+
+__all__ = ["StepPredictors"]

@@ -1,20 +1,23 @@
 """An out-of-memory error explained where it happens: what the step needed, what filled it, and what would fit.
 
-:class:`OutOfMemoryExplained` is a context manager the magics put around a cell: while it is active, a Keras
-``fit`` that dies of an out-of-memory error (TensorFlow's ``ResourceExhaustedError``, PyTorch's
-``OutOfMemoryError``, JAX's ``RESOURCE_EXHAUSTED``) is remembered, and once the cell's measuring is over,
-``explain_fit``'s account of the step at the fit's batch size is printed, then the original error shows
+:func:`out_of_memory_account` is the text, ``explain_fit``'s account of the step at the fit's batch size; the
+``LMS`` callback prints it above an out-of-memory error of its own step. :class:`OutOfMemoryExplained` is a context
+manager the magics put around a cell: while it is active, a Keras ``fit`` that dies of an out-of-memory error
+(TensorFlow's ``ResourceExhaustedError``, PyTorch's ``OutOfMemoryError``, JAX's ``RESOURCE_EXHAUSTED``) is
+remembered, and once the cell's measuring is over the account is printed, then the original error shows
 unchanged. Before the account, the library frames of the error's traceback let go of the failed step's tensors
-(``memory.errors.release_library_frames``), so the device is free for it and for the next cell. :class:`FitsExplained` (``%%gpumem --explain``) gives the account instead of training. The
-account traces the step and trains nothing: the model, its weights and the optimizer state stay as the
-error left them.
+(``memory.errors.release_library_frames``), so the device is free for it and for the next cell.
+:class:`FitsExplained` (``%%gpumem --explain``) gives the account instead of training. The account traces the step
+and trains nothing: the model, its weights and the optimizer state stay as the error left them. Both catch ``fit``
+through ``internals.ModelFitReplaced``, the one interceptor of ``fit``.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ..memory.errors import is_out_of_memory, release_library_frames
+from ...internals import ModelFitReplaced
+from ...memory.errors import is_out_of_memory, release_library_frames
 
 DEFAULT_BATCH_SIZE = 32  # Keras's, where a fit of arrays names none
 
@@ -36,7 +39,7 @@ def fit_data(args: tuple, kwargs: dict):
         raise ValueError("the fit was given no data")
     if y is not None or hasattr(x, "shape"):
         return ((x,) if y is None else (x, y)), int(batch_size or DEFAULT_BATCH_SIZE)
-    from ..lms.samples import take_samples
+    from ..samples import take_samples
 
     first = take_samples(x, 1)  # a dataset of batches: the leading dimension of its first element's first array
     import numpy as np
@@ -44,11 +47,24 @@ def fit_data(args: tuple, kwargs: dict):
     return x, int(batch_size or np.shape(first[0])[0] or DEFAULT_BATCH_SIZE)
 
 
+def out_of_memory_account(model, data, batch_size: int) -> str:
+    """The lines said above an out-of-memory error of a fit of ``model`` on ``data`` at ``batch_size``: what the
+    step needed, what filled it, what would fit. Never raises: where the step cannot be explained, one line says
+    why (the user's own error must come through whatever happens here)."""
+    from .explain_fit import explain_fit
+
+    try:
+        found = explain_fit(model, data, batch_size=batch_size)
+    except Exception as error:
+        return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
+                "Try %%lms_fit over the cell, or a smaller batch.")
+    return "lms_magic: the fit ran out of device memory. Why, and what fits (predicted, nothing trained):\n" + \
+        "\n".join("  " + line for line in found.lines())
+
+
 def explain_out_of_memory(model, args: tuple, kwargs: dict) -> str:
     """The lines printed above an out-of-memory error of ``model.fit(*args, **kwargs)``; never raises (where the
     step cannot be explained, one line says why)."""
-    from ..lms.explain import out_of_memory_account
-
     try:
         data, batch_size = fit_data(args, kwargs)
     except Exception as error:
@@ -56,47 +72,7 @@ def explain_out_of_memory(model, args: tuple, kwargs: dict) -> str:
     return out_of_memory_account(model, data, batch_size)
 
 
-class _FitPatched:
-    """While active, Keras's ``Model.fit`` is ``self.fit(original, model, args, kwargs)``; put back on exit. Patched
-    only where Keras is already imported (so a cell that imports nothing of Keras imports nothing here)."""
-
-    def __init__(self):
-        self._model_class = None
-        self._saved = None
-
-    def fit(self, original, model, args, kwargs):
-        raise NotImplementedError
-
-    def __enter__(self):
-        import sys
-
-        keras = sys.modules.get("keras")
-        if keras is None or not hasattr(keras, "Model"):
-            return self
-        self._model_class = keras.Model
-        self._saved = self._model_class.__dict__.get("fit")
-        original, patch = self._model_class.fit, self
-
-        def fit(model, *args, **kwargs):
-            __tracebackhide__ = True  # noqa: F841
-            return patch.fit(original, model, args, kwargs)
-
-        fit.__doc__, fit.__wrapped__ = original.__doc__, original
-        self._model_class.fit = fit
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self._model_class is None:
-            return
-        if self._saved is None:
-            if "fit" in self._model_class.__dict__:
-                delattr(self._model_class, "fit")
-        else:
-            self._model_class.fit = self._saved
-        self._model_class = None
-
-
-class OutOfMemoryExplained(_FitPatched):
+class OutOfMemoryExplained(ModelFitReplaced):
     """While active, a Keras ``fit`` that runs out of memory is remembered, and :meth:`say_why` prints its
     explanation (call it once the measuring is over, before the error shows); the error is raised as it was.
 
@@ -106,11 +82,10 @@ class OutOfMemoryExplained(_FitPatched):
     """
 
     def __init__(self, say: Callable[[str], None] = print, explain=explain_out_of_memory):
-        super().__init__()
         self._say, self._explain = say, explain
         self._pending: list[tuple] = []
 
-    def fit(self, original, model, args, kwargs):
+    def route(self, original, model, args, kwargs):
         __tracebackhide__ = True  # noqa: F841
         try:
             history = original(model, *args, **kwargs)
@@ -136,23 +111,22 @@ def _wait_for_the_device(model) -> None:
     asynchronously); nothing on a Keras backend LMS does not run on."""
     import keras
 
-    from ..lms.framework import NAMES, framework
+    from ..framework import NAMES, framework
 
     name = keras.backend.backend()
     if name in NAMES:
         framework(name).wait_for_the_device(model)
 
 
-class FitsExplained(_FitPatched):
+class FitsExplained(ModelFitReplaced):
     """While active, a Keras ``fit`` trains nothing: it prints ``explain_fit``'s account of its step at its batch
-    size and returns the :class:`~lms_magic.lms.explain.FitExplanation` (``%%gpumem --explain``)."""
+    size and returns the :class:`~lms_magic.lms.explain.results.FitExplanation` (``%%gpumem --explain``)."""
 
     def __init__(self, say: Callable[[str], None] = print):
-        super().__init__()
         self._say = say
 
-    def fit(self, original, model, args, kwargs):
-        from ..lms.explain import explain_fit
+    def route(self, original, model, args, kwargs):
+        from .explain_fit import explain_fit
 
         data, batch_size = fit_data(args, kwargs)
         found = explain_fit(model, data, batch_size=batch_size)
@@ -160,4 +134,4 @@ class FitsExplained(_FitPatched):
         return found
 
 
-__all__ = ["FitsExplained", "OutOfMemoryExplained", "explain_out_of_memory", "fit_data"]
+__all__ = ["FitsExplained", "OutOfMemoryExplained", "explain_out_of_memory", "fit_data", "out_of_memory_account"]

@@ -54,7 +54,7 @@ ONE_REAL_MODEL := 'tests/lms/tensorflow/test_real_models.py::test_lms_on_a_real_
 	'tests/lms/tensorflow/test_same_math.py::test_every_lms_plan_trains_bit_identically_to_a_reproducible_plain_fit[transformer-adam]'
 VERSIONED := tests/lms/test_callback.py tests/lms/tensorflow/test_rewrite.py tests/lms/tensorflow/test_backend.py \
 	tests/lms/tensorflow/test_predict.py tests/lms/tensorflow/test_recompute.py tests/lms/tensorflow/test_hybrid.py \
-	tests/lms/tensorflow/test_lean.py tests/lms/tensorflow/test_order.py tests/lms/tensorflow/test_batch_import.py \
+	tests/lms/tensorflow/test_lean.py tests/lms/tensorflow/test_order.py tests/lms/tensorflow/test_rescale.py \
 	tests/ipython/test_magics.py tests/fit/test_compare.py \
 	$(ONE_REAL_MODEL)
 

@@ -61,7 +61,7 @@ def main() -> None:
 
     from lms_magic import LMS
     from lms_magic.lms.jax import residuals
-    from lms_magic.lms.jax.predict import _nbytes
+    from lms_magic.lms.jax.traced import _nbytes
     from lms_magic.lms.jax.predictor import JaxStepPredictor
 
     now = residuals.residual_policy

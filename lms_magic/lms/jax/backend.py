@@ -11,7 +11,7 @@ operation's derivative) again from them; the model's own again once the trace is
 value the backward pass keeps is a candidate: a layer's output, and inside a Transformer block the attention
 scores and probabilities and the feed-forward's wide intermediate. Where the device has no host memory
 kind to offload to, the plan recomputes instead (said). The plan is made in that trace, before the step
-runs: the jaxpr of the step with nothing moved is replayed (``predict.JaxStep``) for the peak of any
+runs: the jaxpr of the step with nothing moved is replayed (``traced.JaxStep``) for the peak of any
 set offloaded, and the one rule of ``core.plan.plan_swaps`` chooses (candidates in forward order). The
 values are copied, never changed, and a recomputed value is computed by the same operations again.
 """
@@ -138,7 +138,7 @@ class JaxBackend:
 
     # -- the plan --------------------------------------------------------------------------------
     def _plan(self, inner, args) -> frozenset:
-        from .predict import tree_arrays
+        from .traced import tree_arrays
         from .residuals import differentiated, trace_step
 
         key = tuple((tuple(a.shape), str(a.dtype)) for a in tree_arrays(args[3:6]))

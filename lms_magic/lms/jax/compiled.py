@@ -1,5 +1,5 @@
 """XLA's own figure for a train step's memory: the loss and gradient compiled for JAX's device, its
-``memory_analysis()``. The replay (``predict.py``) keeps every equation's output until its last reader; XLA fuses
+``memory_analysis()``. The replay (``traced.py``) keeps every equation's output until its last reader; XLA fuses
 element-wise chains away, far more on a GPU than on a CPU, and on a GPU it rematerializes values to fit the limit
 of JAX's memory pool (docs/explain.md#where-it-runs): where the two differ, this is the figure that fits or not."""
 

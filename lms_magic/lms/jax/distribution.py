@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MeshLayout:
-    """The distribution's devices, and how many ways it splits the batch (``predict.per_device_specs``).
+    """The distribution's devices, and how many ways it splits the batch (``residuals.per_device_specs``).
 
     Example:
         >>> MeshLayout(("cpu:0", "cpu:1"), 2).batch_shards

@@ -16,7 +16,7 @@ from ..persistent import persistent_tensors
 from ..core.prediction import PrefixPredictions
 from ..options import compiled_model, whole_number
 from .compiled import compiled_step_bytes
-from .predict import JaxStep
+from .traced import JaxStep
 from .rescale import rescaled
 from .residuals import differentiated, named_residuals, trace_step
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..core.batch_lines import NotALine, TwoBatches
-from .predict import JaxStep, _Flat
+from .traced import JaxStep, _Flat
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The values the backward pass keeps, by name, and where each goes: ``named_residuals`` names every
 floating-point value Keras's ``compute_loss_and_updates`` makes, ``residual_policy`` is the ``jax.checkpoint``
 policy that saves, offloads or recomputes them, and ``trace_step`` traces the step under it for the replay
-(``predict.JaxStep``)."""
+(``traced.JaxStep``)."""
 
 from __future__ import annotations
 
-from .predict import JaxStep, name_stack_parts, tree_arrays
+from .traced import JaxStep, name_stack_parts, tree_arrays
 
 
 def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) -> JaxStep:
@@ -122,7 +122,7 @@ def _evaluated_named(closed, args) -> list:
     import jax.numpy as jnp
     from jax.ad_checkpoint import checkpoint_name
 
-    from ... import internals
+    from . import internals as jax_internals
 
     jaxpr, values = closed.jaxpr, {}
 
@@ -132,7 +132,7 @@ def _evaluated_named(closed, args) -> list:
     values.update(zip(jaxpr.constvars, closed.consts))
     values.update(zip(jaxpr.invars, args))
     for index, eqn in enumerate(jaxpr.eqns):
-        outputs = internals.jaxpr_equation_bound(eqn, [read(var) for var in eqn.invars])
+        outputs = jax_internals.jaxpr_equation_bound(eqn, [read(var) for var in eqn.invars])
         name = residual_name(eqn, index)
         values.update(zip(eqn.outvars, [
             checkpoint_name(value, name) if jnp.issubdtype(getattr(value, "dtype", jnp.int32), jnp.floating)

@@ -1,10 +1,10 @@
 """LMS on TensorFlow: the per-fit engine behind the ``LMS`` callback.
 
 Each trace of the train step is rewritten as it is traced: candidates found, a first plan made on the
-traced graph (``core.plan.plan_swaps``), swap ops inserted (rewrite.py). Where the plan is searched (the
+traced graph (``planner.py``), swap ops inserted (rewrite.py). Where the plan is searched (the
 default, a budget), the first step is a probe: it swaps every eligible candidate, and its executed graphs
 (collected for that step only) are the partition graphs TensorFlow ran, after Grappler and placement, in
-which any subset of the swaps can be undone (``predict.ExecutedStep``): the plan is made on them. Where it
+which any subset of the swaps can be undone (``executed.ExecutedStep``): the plan is made on them. Where it
 differs from the probe, the train function is made again with it (one retrace) and its own executed
 graphs give the figures; where it moves nothing, LMS steps out and the model trains with its own train
 function (XLA too, if it was compiled so). Where the device's capacity is known and the traced step fits
@@ -23,26 +23,29 @@ import time
 import tensorflow as tf
 
 from ... import internals
+from ...units import format_size
+from .. import samples as _samples
 from ..backend import Action
-from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
+from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..memo import PLANS, RememberedPlan, options_key
 from ..options import LmsOptions
 from ..persistent import persistent_tensors
-from .. import samples as _samples
+from . import internals as tf_internals
+from . import compute as _compute
+from . import executed as _executed
 from . import hybrid as _hybrid
 from . import lean as _lean
 from . import messages as _messages
-from . import ordering as _ordering
-from . import predict as _predict
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
-from .executed import ExecutedStepChecks
 from .graph import replica_prefix
+from .planner import TracePlanner
+from .traced import TracedStep
 
 
-class TensorFlowBackend(ExecutedStepChecks):
+class TensorFlowBackend:
     """One fit's LMS on TensorFlow, filling in the fit's stats as the step is traced and run.
 
     Args:
@@ -62,36 +65,33 @@ class TensorFlowBackend(ExecutedStepChecks):
         # (``self.device``); the replay of the traced step counts the first's ops only
         self._elsewhere = (self.host_device, *(d for d in stats.devices if d != self.device))
         self.recompute = options.recompute
-        self.order_backward = options.order_backward and self.recompute is False
+        self._layer_of = _rewrite_ops.layer_resolver(model)
+        self.planner = TracePlanner(options, stats, self._layer_of, self._elsewhere, self._persistent_bytes)
+        self.order_backward = self.planner.order_backward
         if options.order_backward and not self.order_backward:
             stats.notes.append(f"order_backward is for swaps alone: with recompute={self.recompute!r} the backward "
                                "pass keeps TensorFlow's order (ordered, recompute='only' measured a higher peak)")
-        self._ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
             if not self._lean.layers:
                 stats.notes.append("lean_ops: the model has no Keras BatchNormalization layer: nothing to lean")
         self._hybrid = _hybrid.HybridPlan(options.selection, options.host_device) if self.recompute is True else None
-        self._hint = options.batch_size
         self.step = None  # the traced step's TracedStep, after the first trace (for inspection)
         self.executed = None  # the probe's ExecutedStep, where the plan was made on one (for inspection)
         self._traces: dict = {}
         self._chosen: dict[int | None, list[str]] = {}  # batch size -> the tensors the plan swaps
         self.candidates: list = []  # the first trace's candidates (TensorCandidate): what the plans choose from
         self._plan: Plan | None = None
-        self._layer_of = _rewrite_ops.layer_resolver(model)
         self._budget_checked = False
         self._run_metadata: list = []
         self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
         self._retraces = 0
         self._persistent_tensors = None
-        self._cost = None  # the step's StepCost, made after the first step (never while a trace runs)
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
         self._memo_key = None  # what this fit's plan is remembered under (memo.py)
         self._remembered: RememberedPlan | None = None  # the plan of an earlier fit, where this fit reuses it
         self._options_key = options_key(options)  # what of the options the remembered plan depends on
-        self._found = None  # the first trace's candidates and notes, kept by _reuse for _traced_plan
         self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them
         self._state_built = False  # the model's state built before the first trace (train_function)
 
@@ -114,7 +114,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
             if not self._run_metadata:  # TensorFlow instantiates the function in this step
-                stack.enter_context(internals.collected_function_graphs(self._run_metadata))
+                stack.enter_context(tf_internals.collected_function_graphs(self._run_metadata))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
             yield
@@ -124,13 +124,14 @@ class TensorFlowBackend(ExecutedStepChecks):
         replicas = self.model.distribute_strategy.num_replicas_in_sync
 
         def lms_train_step(data):
-            if not internals.in_function_graph():
+            if not tf_internals.in_function_graph():
                 return original(data)
             graph = tf.compat.v1.get_default_graph()
             if self.batch_shapes is None:  # what an out-of-memory error is explained on (callback.py)
                 self.batch_shapes = _samples.batch_shapes(data)
             if self.budget_bytes is not None and not self._budget_checked:
-                self._check_budget(original, data)
+                self._budget_checked = True
+                self.planner.check_budget(original, data)
             state = self._traces.setdefault(id(graph), {"start": len(graph.get_operations()), "open": 0, "done": 0})
             state["open"] += 1
             try:
@@ -144,109 +145,9 @@ class TensorFlowBackend(ExecutedStepChecks):
 
         return lms_train_step
 
-    def _check_budget(self, original, data) -> None:
-        """Plans on a throwaway trace, so an impossible budget is refused before the real
-        trace runs the train step (Keras's state does not survive a trace aborted after it)."""
-        self._budget_checked = True
-        specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype) if isinstance(t, tf.Tensor) else t,
-                                      data)
-        probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
-        try:
-            self._traced_plan(probe.get_operations(), data, graph=probe)
-        except BudgetError as error:
-            raise BudgetError(f"LMS: {error}") from None
-
-    def _batch_size(self, data) -> int | None:
-        """The batch the plan is sized for: the traced one, else the user's hint, else the fit's (which the
-        callback found: ``stats.batch_size``); ``stats`` say which."""
-        first = tf.nest.flatten(data)[0]
-        traced = first.shape[0] if first.shape.rank else None
-        if traced:
-            self.stats.update(batch_size=traced, batch_size_source="the traced batch")
-        elif self._hint() is not None:
-            self.stats.update(batch_size=self._hint(), batch_size_source="batch_size_hint")
-        return self.stats.batch_size
-
-    def _search(self, candidates, transient_peak, budget: bool = True) -> Plan:
-        """The one planning rule over ``candidates`` (TensorCandidate) with a predictor of their transient peak."""
-        by_tensor = {item.candidate.tensor: item for item in candidates}
-        selection = self.selection
-        if self.stats.batch_size is None and selection.n_tensors is PLANNED:  # nothing to size a plan with
-            return plan_swaps(selection, [item.candidate for item in candidates], None)
-        return plan_swaps(selection, [item.candidate for item in candidates],
-                          lambda cands: transient_peak([by_tensor[c.tensor] for c in cands]),
-                          self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
-                          self._cost)
-
-    def _traced_plan(self, ops, data, graph=None, budget_fallback: bool = False):
-        """Finds the candidates of a traced step (ops of ``graph`` from ``ops[0]`` on: its backward pass ordered
-        where that lowers the predicted peak) and makes the first plan, on the traced graph (``budget_fallback``:
-        where the budget is out of reach, the lowest peak with a note). Returns the candidates, notes, the step
-        planned on, its input bytes, the plan and the step as Keras traced it."""
-        batch = self._batch_size(data)
-        found, self._found = self._found, None  # the first trace's candidates, found once (_reuse)
-        candidates, notes = found[1] if found is not None and found[0] == (ops[0].name, len(ops), batch) else \
-            _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
-        notes = list(notes)
-        input_bytes = [_rewrite_ops.static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-        step = plain = _predict.TracedStep(ops, batch, self._elsewhere, input_bytes)
-        if graph is not None and batch is not None and self.order_backward:
-            step, candidates = self._order_backward(graph, ops, step, candidates)
-        if self.recompute == "only":
-            recomputable = _recompute.plan_recomputes(candidates, step.ops)
-            notes.append(f"recompute='only': {len(recomputable)} of {len(candidates)} candidates can be computed "
-                         "again from tensors the backward pass holds; the others stay on the device")
-            candidates = [item for item in candidates if item.tensor.name in recomputable]
-        notes += _messages.batch_notes(batch, self.stats.batch_size_source)
-        started = time.perf_counter()
-        try:
-            plan = self._probe_plan(candidates, step) if self._probes_first(graph) else \
-                self._search(candidates, step.predicted_transient_peak)
-        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
-            if not budget_fallback:
-                raise
-            plan = self._search(candidates, step.predicted_transient_peak, budget=False)
-            notes.append("the budget is not reachable for one batch shape: the plan with the lowest "
-                         "predicted peak is used there")
-        self.stats.update(planning_s=time.perf_counter() - started)
-        return candidates, notes, step, input_bytes, plan, plain
-
-    def _probes_first(self, graph) -> bool:
-        """Whether the first step will probe whatever a plan on the traced graph says: the lowest-peak rule (no
-        budget, no capacity), planned on the executed graphs. Then the traced graph is not searched."""
-        return (graph is not None and self.stats.records is None and self.budget_bytes is None
-                and self.stats.capacity_bytes is None and self.selection.n_tensors is PLANNED
-                and self.stats.batch_size is not None and self.recompute != "only")
-
-    def _probe_plan(self, candidates, step) -> Plan:
-        """The probe as a plan: every eligible candidate, its peak predicted on the traced graph (the lowest-peak
-        rule's plan is made on the graphs the probe executes)."""
-        eligible = tuple(self.selection.eligible(item.candidate for item in candidates))
-        by_tensor = {item.candidate.tensor: item for item in candidates}
-        persistent = self._persistent_bytes()
-        return Plan(eligible, Rule.LOWEST_PEAK,
-                    persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in eligible]),
-                    persistent + step.predicted_transient_peak([]), plans_tried=2)
-
-    def _order_backward(self, graph, ops, step, candidates):
-        """The step and candidates with the backward pass one layer's gradient at a time (ordering.py), where
-        that lowers the predicted peak with every eligible candidate swapped; else as they are."""
-        step.nodes()  # read before the order changes the ops' control inputs
-        attempt = _ordering.ordered_step(graph, len(graph.get_operations()) - len(ops), step, self._layer_of,
-                                         self.lb, self._elsewhere)
-        ordered = attempt is not None and _ordering.lowers_the_peak(self.selection, (step, candidates), attempt)
-        self._ordered[step.batch_size] = ordered
-        if self.stats.records is None:  # the stats are the first trace's
-            self.stats.ordered_layers = len(attempt.ordered.groups) if ordered else 0
-        if not ordered:
-            if attempt is not None:
-                attempt.remove()
-            return step, candidates
-        return attempt.step, attempt.candidates
-
     def _persistent(self):
-        if self._persistent_tensors is None:
-            self._persistent_tensors = persistent_tensors(self.model)
+        """The weights, optimizer state and metrics' variables (read once, after the first trace built them)."""
+        self._persistent_tensors = self._persistent_tensors or persistent_tensors(self.model)
         return self._persistent_tensors
 
     def _persistent_bytes(self) -> int:
@@ -260,13 +161,14 @@ class TensorFlowBackend(ExecutedStepChecks):
         ops = graph.get_operations()[start:]
         if self._retrace_swapped(graph, start, data) or self._reuse(graph, ops, data):
             return
-        candidates, notes, step, input_bytes, plan, plain = self._traced_plan(ops, data, graph=graph,
-                                                                              budget_fallback=True)
+        traced = self.planner.plan(ops, data, graph, budget_fallback=True)
+        candidates, step, plain, input_bytes, plan = traced.candidates, traced.step, traced.plain, traced.input_bytes, \
+            traced.plan
         ops = step.ops  # with the backward order's joins, where it is ordered
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
         if self.stats.records is None and self._trusted_fit(plan, step.batch_size):
-            internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
+            tf_internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
         if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
             # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
@@ -274,31 +176,21 @@ class TensorFlowBackend(ExecutedStepChecks):
         if self.stats.records is not None:
             self._insert(graph, ops, chosen_items, candidates)  # a retrace: same rule, stats from the first
             return
-        batch = step.batch_size
-        persistent = self._persistent_bytes()
         without = plain.replay([], explain=True)  # (its nodes are read before the rewrite changes the ops' inputs)
         with_swaps = None if self.recompute == "only" else step.replay(chosen_items, explain=True)
         records = self._insert(graph, ops, chosen_items, candidates)
-        self._chosen[batch] = [item.candidate.tensor for item in chosen_items]
+        self._chosen[step.batch_size] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
-        self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self._elsewhere, input_bytes,
-                                        step.ordered)
+        self.step = TracedStep(graph.get_operations()[start:], step.batch_size, self._elsewhere, input_bytes,
+                               step.ordered)
         # with LMS: the swaps replayed on the traced step, or the step with the clones in it, replayed as it is
-        traced, swaps, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
-                                   (self.step, [], self.step.replay([], explain=True)))
-        traced_peaks = (persistent + with_lms.peak_bytes, persistent + without.peak_bytes)
+        moved_on, moved, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
+                                     (self.step, [], self.step.replay([], explain=True)))
         self._record(records)
-        self.stats.update({
-            "active": True, "backend": "tensorflow", "candidates": len(candidates), "persistent_bytes": persistent,
-            "device_peak_bytes": traced_peaks[0], "device_peak_bytes_without_lms": traced_peaks[1],
-            "prediction_source": "traced graph", "peak_source": "predicted", "traced_device_peaks": traced_peaks,
-        })
+        figures, notes = traced.figures(moved_on, moved, with_lms, without, self._persistent(), self._layer_of,
+                                        self._optimizer_scope())
+        self.stats.update(figures)
         self.stats.record_plan(plan)
-        context = self._persistent(), self._layer_of, self._optimizer_scope()
-        self.stats.update(peak=traced.explain(swaps, *context, with_lms),
-                          peak_without_lms=plain.explain([], *context, without))
-        if plan.rule is Rule.LOWEST_PEAK and candidates and not plan.moved:
-            notes.append(_messages.nothing_helps(without.peak_after or "?", plan.peak_bytes, self._optimizer_scope()))
         self.stats.notes += notes
         self.stats.rewrite_s = time.perf_counter() - started
 
@@ -309,16 +201,15 @@ class TensorFlowBackend(ExecutedStepChecks):
         order) are made afresh."""
         if self.stats.records is not None or self._hybrid is not None or self.order_backward:
             return False
-        batch = self._batch_size(data)
-        candidates, notes = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
-        self._found = ((ops[0].name, len(ops), batch), (candidates, notes)) if ops else None
+        batch = self.planner.batch_size(data)
+        candidates, _ = self.planner.candidates(ops, batch)  # kept: the plan is made on them where none is recalled
         self._memo_key = (batch, tuple((item.candidate.tensor, item.candidate.shape) for item in candidates),
                           self._options_key, self.stats.capacity_bytes)
         remembered = PLANS.recall(self.model, self._own_function, self._memo_key)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if remembered is None or not all(name in by_tensor for name in remembered.moved):
             return False
-        internals.graph_collection_stopped()
+        tf_internals.graph_collection_stopped()
         self._run_metadata = [None]  # no executed graph is read
         records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
         self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered
@@ -346,7 +237,7 @@ class TensorFlowBackend(ExecutedStepChecks):
         return (plan is not None and self._searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
                 and plan.peak_bytes is not None and plan.budget_bytes is not None
                 and plan.peak_bytes <= TRUSTED_FIT * plan.budget_bytes
-                and self._lean is None and self.recompute is False and not self._ordered.get(batch))
+                and self._lean is None and self.recompute is False and not self.planner.ordered.get(batch))
 
     def _searched(self, plan: Plan) -> bool:
         """Whether the plan is searched (and so made on the executed graphs), not given by a count. With
@@ -355,18 +246,9 @@ class TensorFlowBackend(ExecutedStepChecks):
             plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
 
     def _insert(self, graph, ops, items, candidates) -> list:
-        """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``candidates``: all of its
-        candidates): swapped, recomputed (recompute="only": those that can be), or as the hybrid plan says; under
-        a distribution strategy, on every replica (each item's mirrors too: the hybrid plan's recomputes are
-        chosen on the first replica's graphs, and the other replicas swap those tensors)."""
-        items = _rewrite_ops.with_mirrors(items)
-        if self.recompute == "only":
-            chains = _recompute.plan_recomputes(items, ops)
-            return _recompute.insert_recomputes(graph, [chains[item.tensor.name] for item in items
-                                                        if item.tensor.name in chains])
-        if self._hybrid is not None:
-            return self._hybrid.insert(graph, ops, items, candidates, self._probing)
-        return _rewrite_ops.insert_swaps(graph, items, self.host_device)
+        """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``recompute.move_off``)."""
+        return _recompute.move_off(graph, ops, items, self.host_device, self.recompute, self._hybrid, candidates,
+                                   self._probing)
 
     def _record(self, records) -> None:
         """The swaps and recomputes as inserted: stats' records (every replica's) and the counts and plan rows
@@ -384,16 +266,10 @@ class TensorFlowBackend(ExecutedStepChecks):
         executed ops take their program order from it by name, and the first trace's optimizer ops (made
         while its variables were created) are named otherwise.
         """
-        batch = self._batch_size(data)
+        batch = self.planner.batch_size(data)
         if batch not in self._chosen:
             return False
-        ops = graph.get_operations()[start:]
-        attempt = _ordering.ordered_step(graph, start, _predict.TracedStep(ops, batch, self._elsewhere),
-                                         self._layer_of, self.lb, self._elsewhere) if self._ordered.get(batch) else None
-        if attempt is not None:  # ordered as the first trace was
-            ops, candidates = attempt.ops, attempt.candidates
-        else:
-            candidates, _ = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch)
+        ops, candidates, attempt = self.planner.as_planned(graph, start, batch)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if not all(name in by_tensor for name in self._chosen[batch]):
             if attempt is not None:
@@ -403,9 +279,168 @@ class TensorFlowBackend(ExecutedStepChecks):
         if self._retraces:
             self._record(records)
         if not self._run_metadata and self.step is not None:  # the executed graphs to read are this trace's
-            self.step = _predict.TracedStep(graph.get_operations()[start:], batch, self._elsewhere,
-                                            self.step.input_bytes, attempt.ordered if attempt is not None else None)
+            self.step = TracedStep(graph.get_operations()[start:], batch, self._elsewhere, self.step.input_bytes,
+                                   attempt.ordered if attempt is not None else None)
         return True
+
+    # -- after a step whose executed graphs were collected -----------------------------------------------
+    def _check_first_step(self) -> Action:
+        """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
+        (once), and the predicted peaks of the plan that runs."""
+        if self._retraces == 0 and self._trusted_fit(self._plan, self.stats.batch_size):  # no graph was collected
+            self._run_metadata = [None]
+            return self._fits_with_room_kept()
+        partitions = _executed.train_partitions(self._run_metadata[0]) if self._run_metadata else []
+        self._run_metadata = [None]  # read once; the protos are released
+        if not partitions or not self.stats.active:
+            return Action.KEEP
+        self.stats.partition_graphs = partitions
+        if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/measurements.md)
+            if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
+                return self._step_out(_messages.why_nothing(self._plan))
+            return Action.KEEP
+        searching = self._plan is not None and self._searched(self._plan) and self._retraces < 2
+        # a probe's own figures are read only where its plan stands: not replayed before the search says so
+        probe = searching and self._probing
+        try:
+            with_lms, without_lms, unknown = self._executed_peaks(partitions, with_lms=not probe)
+        except Exception as error:  # a prediction must never stop training
+            self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
+                                    f"replayed ({type(error).__name__}: {error})")
+            return Action.KEEP
+        self.stats.update({"device_peak_bytes_without_lms": without_lms["bytes"], "peak_without_lms": without_lms,
+                           "prediction_source": "executed partition graphs" + (
+                               ", without XLA" if internals.jit_compile_requested(self.model) else ""),
+                           "unknown_size_nodes": unknown})
+        if with_lms is not None:
+            self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
+        if self.planner.cost is None:
+            self.planner.cost = self._step_cost()
+        action = Action.KEEP
+        if searching:
+            try:
+                action = self._plan_on_executed(partitions, without_lms["bytes"])
+            except Exception as error:  # a plan search that fails leaves the swaps that ran, said
+                self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
+                                        f"{error}): the first step's swaps stand")
+            if probe and action is Action.KEEP:  # the probe's swaps stand: its own figures
+                with_lms, _, _ = self._executed_peaks(partitions, without_lms=False)
+                self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
+        elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
+                self._retraces < 2:  # a plan given by a count: its first step swapped it
+            action = self._hybrid_check(lambda: _executed.ExecutedStep(partitions, self.device, self.step),
+                                        with_lms["bytes"])
+        cost = self.planner.cost
+        if action is not Action.RETRACE and cost is not None:
+            self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
+                              compute_s=cost.compute_s, compute_source=cost.source)
+        if action is Action.KEEP and len(self.stats.devices) > 1:
+            self._peaks_by_device(partitions)
+        return action
+
+    def _peaks_by_device(self, partitions) -> None:
+        """Under a distribution strategy: each replica's device replayed on its own executed graph, with LMS and
+        without (``stats.device_peaks``; the plan was made on the first's)."""
+        self.stats.device_peaks, notes = _executed.peaks_by_device(partitions, self.stats.devices, self.step,
+                                                                   self._persistent(), self._layer_of,
+                                                                   self._optimizer_scope())
+        self.stats.notes += notes
+
+    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
+        return _executed.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,
+                                       self._optimizer_scope(), with_lms, without_lms)
+
+    def _step_cost(self):
+        """The step's StepCost (compute.step_cost); None, with a note where it failed, where it cannot be made."""
+        try:
+            return _compute.step_cost(self.step.ops, self.stats.batch_size, self.device)
+        except Exception as error:  # a prediction must never stop training
+            self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
+            return None
+
+    def _plan_on_executed(self, partitions, plain_peak_bytes: int) -> Action:
+        """After a probe (every eligible candidate swapped): the rule's plan, predicted on the executed graphs
+        with the other swaps undone; a retrace where it differs, LMS out where it moves nothing. After a
+        step that ran the plan (or nothing, where the traced step fit the device): the check."""
+        plan = self._plan
+        if not self._probing:
+            if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
+                return self._retrace(self._eligible_names(), probing=True, note=(
+                    f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
+                    f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
+                    "step, to plan on its graphs"))
+            moved = self.stats.swapped_tensors + self.stats.recomputed_tensors
+            if not moved:
+                return self._step_out(_messages.why_nothing(plan))
+            if plan.rule is Rule.LOWEST_PEAK and self.stats.device_peak_bytes > plain_peak_bytes:
+                return self._step_out(f"the executed graphs predict {format_size(self.stats.device_peak_bytes)} "
+                                      f"with the planned {moved} tensors moved, above "
+                                      f"{format_size(plain_peak_bytes)} without")
+            return Action.KEEP if self._hybrid is None else self._hybrid_check(
+                lambda: _executed.ExecutedStep(partitions, self.device, self.step), self.stats.device_peak_bytes)
+        executed = self.executed = _executed.ExecutedStep(partitions, self.device, self.step)
+        held = [item for item in self.candidates if executed.holds(item)]
+        started = time.perf_counter()
+        try:
+            plan = self.planner.search(held, executed.transient_peak)
+        except BudgetError:
+            self._probing = False
+            return Action.KEEP  # no plan fits the budget on these graphs: the probe's swaps stand
+        self.stats.update(planning_s=(self.stats.planning_s or 0) + time.perf_counter() - started)
+        self.stats.notes = [note for note in self.stats.notes if not note.startswith("no swap lowers the predicted peak")]
+        self._plan = plan
+        self.stats.record_plan(plan)
+        names = [candidate.tensor for candidate in plan.moved]
+        if not names:
+            return self._step_out(_messages.why_nothing(plan))
+        if self._hybrid is not None:
+            self.stats.notes.append(self._hybrid.choose(executed, names, self.candidates, plan.peak_bytes))
+        if names == self._chosen[self.stats.batch_size] and (self._hybrid is None or self._hybrid.state != "on"):
+            self._probing = False
+            return Action.KEEP
+        return self._retrace(names, probing=False, note=(
+            f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
+            f"{len(names)} of {len(held)} swapped from the second step, predicted {format_size(plan.peak_bytes)}"))
+
+    def _eligible_names(self) -> list[str]:
+        return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
+
+    def _retrace(self, names: list[str], probing: bool, note: str) -> Action:
+        """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""
+        self.stats.notes.append(note)
+        self._chosen[self.stats.batch_size] = names
+        self._probing, self._retraces = probing, self._retraces + 1
+        self._run_metadata = []  # the next step's executed graphs give the figures
+        return Action.RETRACE
+
+    def _step_out(self, why: str) -> Action:
+        """Nothing moves from the next step on: the model trains with its own train function."""
+        stats = self.stats
+        stats.notes = [note for note in stats.notes if note != self.jit_note] + [_messages.stepped_out(why)]
+        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
+                     lean_layers=0, ordered_layers=0, plan=[], records=[],
+                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
+        return Action.STEP_OUT
+
+    def _fits_with_room_kept(self) -> Action:
+        """The traced step fits the device with room: no probe, no executed graphs. The LMS train function holds
+        the model's own step (nothing inserted), so it goes on, and nothing is traced again; where the model asks
+        for XLA, the model's own train function takes over from the next step, with XLA."""
+        why = _messages.fits_with_room(self._plan)
+        if internals.jit_compile_requested(self.model):
+            return self._step_out(why)
+        self.stats.notes.append(f"{why}: nothing moves, no step was probed, and the step runs as traced, the "
+                                "model's own")
+        return Action.KEEP
+
+    def _hybrid_check(self, executed, peak_bytes: int) -> Action:
+        """The hybrid plan after a step whose executed graphs (``executed``: a function making their
+        ExecutedStep) predict ``peak_bytes`` (``HybridPlan.after_step``): a retrace where it changes."""
+        names = self._chosen[self.stats.batch_size]
+        notes, retrace = self._hybrid.after_step(executed, names, self.candidates, peak_bytes,
+                                                 self.stats.recomputed_tensors)
+        self.stats.notes += notes
+        return Action.KEEP if retrace is None else self._retrace(names, probing=False, note=retrace)
 
     def summary_line(self) -> str:
         return summary_line(self.stats, Words("LMS", "tensors", "swapping", self.host_device, self.device,

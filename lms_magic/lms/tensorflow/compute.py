@@ -26,7 +26,7 @@ _PRODUCTS = frozenset({"MatMul", "_FusedMatMul", "BatchMatMul", "BatchMatMulV2",
 
 
 def _shape(tensor, batch_size) -> tuple[int, ...] | None:
-    from .rewrite import sized_dims
+    from .rescale import sized_dims
 
     if tensor.shape.rank is None:
         return None

@@ -1,198 +1,181 @@
-"""LMS on TensorFlow after a step has run: the plan checked, and made again, on the graphs TensorFlow executed.
-
-The part of ``TensorFlowBackend`` (``backend.py``) that runs after its first step (and after the first step
-of a retrace): the executed partition graphs replayed for the peaks with and without LMS, the plan searched
-again on them after a probe, the hybrid plan's recomputes chosen or dropped, a retrace where the plan
-changed, and LMS stepping out where nothing moves. A mixin: it reads and sets the backend's own state.
+"""The executed train step: the partition graphs TensorFlow ran after Grappler and placement (collected during a
+step: ``internals.collected_function_graphs``), replayed for the peaks with and without LMS, and, after a probe
+(every eligible candidate swapped), with any subset of those swaps undone: the graph LMS plans on
+(:class:`ExecutedStep`). Its nodes take their sizes and program order from the traced step (``traced.py``) by name.
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
 
-from ... import internals
-from ...units import format_size
-from ..backend import Action
-from ..core.plan import TRUSTED_FIT, BudgetError, Rule
-from . import compute as _compute
-from . import messages as _messages
-from . import predict as _predict
+from ..core.indexed import IndexedGraph
+from ..core.peak import LiveTensor, explain_peak
+from ..core.simulate import Node, collector_paused, replay
+from .graph import is_backward, is_join, is_swap_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name
+from .partitions import nodes_from_partitions, swap_ins, swapped_in
+from .rewrite import TensorCandidate
+from .traced import TracedStep, device_suffix, recomputes_just_in_time
+
+__all__ = ["ExecutedStep", "executed_peaks", "peaks_by_device", "train_partitions"]
 
 
-class ExecutedStepChecks:
-    """``_check_first_step`` and what it calls, for :class:`~lms_magic.lms.tensorflow.backend.TensorFlowBackend`."""
+def train_partitions(run_metadata):
+    """The partition graphs of the executed train function in ``run_metadata``."""
+    best, best_score = None, -1
+    for function_graph in run_metadata.function_graphs:
+        names = [node.name for graph in function_graph.partition_graphs for node in graph.node]
+        score = 10**6 * any(is_swap_op(n) for n in names) + sum(is_backward(n) for n in names)
+        if score > best_score:
+            best, best_score = function_graph, score
+    return list(best.partition_graphs) if best is not None and best_score > 0 else []
 
-    def _check_first_step(self) -> Action:
-        """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
-        (once), and the predicted peaks of the plan that runs."""
-        if self._retraces == 0 and self._trusted_fit(self._plan, self.stats.batch_size):  # no graph was collected
-            self._run_metadata = [None]
-            return self._fits_with_room_kept()
-        partitions = _predict.train_partitions(self._run_metadata[0]) if self._run_metadata else []
-        self._run_metadata = [None]  # read once; the protos are released
-        if not partitions or not self.stats.active:
-            return Action.KEEP
-        self.stats.partition_graphs = partitions
-        if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/measurements.md)
-            if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
-                return self._step_out(_messages.why_nothing(self._plan))
-            return Action.KEEP
-        searching = self._plan is not None and self._searched(self._plan) and self._retraces < 2
-        # a probe's own figures are read only where its plan stands: not replayed before the search says so
-        probe = searching and self._probing
+
+def _without_order(nodes: list[Node], ordered) -> list[Node]:
+    """Executed nodes without the backward order's control edges (core.order.Ordered; None: none): its joins
+    dropped, and an ordered op's control inputs from its join or from the ops that join waited on (Grappler's
+    dependency optimizer puts those in place of a join it removes)."""
+    if ordered is None:
+        return nodes
+    waited_on = {entry: set(ordered.joins[join]) | {join} for entry, join in ordered.waits.items()}
+    kept = []
+    for node in nodes:
+        if is_join(node.name):
+            continue
+        drop = waited_on.get(op_name_in_step(node.name), set())
+        controls = tuple(name for name in node.control_inputs if not is_join(name) and op_name_in_step(name) not in drop)
+        kept.append(node if controls == node.control_inputs else dataclasses.replace(node, control_inputs=controls))
+    return kept
+
+
+def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
+                   optimizer_scope: str | None, with_lms: bool = True,
+                   without_lms: bool = True) -> tuple[dict | None, dict | None, int]:
+    """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
+    order ``step.ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
+    ``persistent``), and the count of unknown-size device nodes; ``with_lms`` / ``without_lms`` False: that
+    replay is not made (None in its place)."""
+    suffix = device_suffix(device)
+    brought_back = swapped_in(partitions, suffix)
+
+    def describe(tensor):
+        name, index = tensor
+        if name in brought_back:
+            return step.describe(*brought_back[name], layer_of, optimizer_scope, swapped=True)
+        return step.describe(name, index, layer_of, optimizer_scope)
+
+    explained, unknown_count = [], 0
+    for undo in (False, True):
+        if not (without_lms if undo else with_lms):
+            explained.append(None)
+            continue
+        nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
+                                                optimizer_after=step.optimizer_after)
+        nodes = recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
+        unknown_count = unknown_count or len(unknown)
+        result = replay(nodes, explain=True)
+        explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
+                                      op_name_in_step(result.peak_after or "")))
+    return explained[0], explained[1], unknown_count
+
+
+def peaks_by_device(partitions, devices: list[str], step: TracedStep, persistent: list[LiveTensor], layer_of,
+                    optimizer_scope: str | None) -> tuple[dict, list[str]]:
+    """Under a distribution strategy: each replica's device replayed on its own executed graph, with LMS and
+    without (``stats.device_peaks``), and a note for each device whose peaks could not be predicted."""
+    peaks, notes = {}, []
+    for device in devices:
         try:
-            with_lms, without_lms, unknown = self._executed_peaks(partitions, with_lms=not probe)
+            with_lms, without_lms, _ = executed_peaks(partitions, device, step, persistent, layer_of, optimizer_scope)
         except Exception as error:  # a prediction must never stop training
-            self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
-                                    f"replayed ({type(error).__name__}: {error})")
-            return Action.KEEP
-        self.stats.update({"device_peak_bytes_without_lms": without_lms["bytes"], "peak_without_lms": without_lms,
-                           "prediction_source": "executed partition graphs" + (
-                               ", without XLA" if internals.jit_compile_requested(self.model) else ""),
-                           "unknown_size_nodes": unknown})
-        if with_lms is not None:
-            self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
-        if self._cost is None:
-            self._cost = self._step_cost()
-        action = Action.KEEP
-        if searching:
-            try:
-                action = self._plan_on_executed(partitions, without_lms["bytes"])
-            except Exception as error:  # a plan search that fails leaves the swaps that ran, said
-                self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
-                                        f"{error}): the first step's swaps stand")
-            if probe and action is Action.KEEP:  # the probe's swaps stand: its own figures
-                with_lms, _, _ = self._executed_peaks(partitions, without_lms=False)
-                self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
-        elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
-                self._retraces < 2:  # a plan given by a count: its first step swapped it
-            action = self._hybrid_check(lambda: _predict.ExecutedStep(partitions, self.device, self.step),
-                                        with_lms["bytes"])
-        if action is not Action.RETRACE and self._cost is not None:
-            self.stats.update(predicted_step_ratio=self._cost.ratio(self.stats.swapped_bytes_per_step),
-                              compute_s=self._cost.compute_s, compute_source=self._cost.source)
-        if action is Action.KEEP and len(self.stats.devices) > 1:
-            self._peaks_by_device(partitions)
-        return action
+            notes.append(f"{device}'s peaks not predicted ({type(error).__name__}: {error})")
+            continue
+        peaks[device] = {"with_lms": with_lms["bytes"], "without_lms": without_lms["bytes"]}
+    return peaks, notes
 
-    def _peaks_by_device(self, partitions) -> None:
-        """Under a distribution strategy: each replica's device replayed on its own executed graph, with LMS and
-        without (``stats.device_peaks``; the plan was made on the first's)."""
-        peaks = {}
-        for device in self.stats.devices:
-            try:
-                with_lms, without_lms, _ = _predict.executed_peaks(partitions, device, self.step, self._persistent(),
-                                                                   self._layer_of, self._optimizer_scope())
-            except Exception as error:  # a prediction must never stop training
-                self.stats.notes.append(f"{device}'s peaks not predicted ({type(error).__name__}: {error})")
+
+class ExecutedStep:
+    """The partition graphs TensorFlow executed for a step that swapped every eligible candidate (the probe),
+    with any subset of those swaps undone: the plan search's graph, as it runs after Grappler and placement.
+
+    A candidate of the traced step is found among the executed swaps by its swap-in op's name (which names
+    the tensor, however Grappler renamed its producer); undoing a swap makes its readers read the device
+    tensor again, as without it. Candidates whose swap the executed graphs do not hold stay as they are in
+    every prediction.
+    """
+
+    def __init__(self, partitions, device: str, traced: TracedStep):
+        suffix = device_suffix(device)
+        self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
+                                                          optimizer_after=traced.optimizer_after)
+        self.nodes = recomputes_just_in_time(self.nodes)
+        self._indexed = None  # the nodes numbered for the replays (IndexedGraph), at the first
+        self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
+        self._host_ops: dict[str, str] = {}  # that swap name -> the host swap-in op (gated on the trigger)
+        self._origin: dict[str, tuple[str, int]] = {}  # that _Recv -> the executed tensor it brings back
+        for recv, (host_op, origin) in swap_ins(partitions, suffix).items():
+            tensor = swapped_tensor_name(host_op)
+            if tensor is not None:
+                self._swap_ins[tensor], self._host_ops[tensor] = recv, host_op
+                self._origin[recv] = origin
+
+    def holds(self, item: TensorCandidate) -> bool:
+        """Whether the executed graphs hold the candidate's swap (Grappler may have fused its producer away)."""
+        return swap_name(item.tensor.name) in self._swap_ins
+
+    def transient_peak(self, items: list[TensorCandidate], gates: dict[str, str] | None = None,
+                       reads: dict[str, str] | None = None) -> int:
+        """Device memory the executed step allocates at its peak with only ``items`` swapped; ``gates`` (swap
+        name -> swap name): a swap brought back at another's gate instead of its own (both in ``items``);
+        ``reads`` (traced tensor name -> swap name): a device tensor read again at that swap's gate (by a
+        recompute's clones)."""
+        kept = {self._swap_ins.get(swap_name(item.tensor.name)) for item in items}
+        undone = {recv: origin for recv, origin in self._origin.items() if recv not in kept}
+        with collector_paused():
+            if not gates and not reads:  # the search's replays: the graph numbered once (core/indexed.py)
+                if self._indexed is None:
+                    self._indexed = IndexedGraph(self.nodes)
+                return self._indexed.replay(substitute=undone).peak_bytes
+            nodes = [node if not any(name in undone for name, _ in node.inputs) else
+                     dataclasses.replace(node, inputs=tuple(undone[name] if name in undone else (name, index)
+                                                            for name, index in node.inputs))
+                     for node in self.nodes if node.name not in undone]
+            return replay(self._read_again(self._gates_moved(nodes, gates or {}), reads or {})).peak_bytes
+
+    def _read_again(self, nodes: list[Node], reads: dict[str, str]) -> list[Node]:
+        """``nodes`` with a reader of each tensor in ``reads`` run just before the first reader of the swap-in it
+        names, as a clone runs (so it lives until there at least), where the executed graphs hold both."""
+        if not reads:
+            return nodes
+        in_step = {op_name_in_step(node.name): node.name for node in nodes}  # an op's name in the step -> its node's
+        by_name = {node.name: node for node in nodes}
+        first_read: dict[str, float] = {}
+        for node in nodes:
+            for name, _ in node.inputs:
+                first_read[name] = min(first_read.get(name, node.priority), node.priority)
+        readers = []
+        for index, (tensor, other) in enumerate(reads.items()):
+            op_name, _, output = tensor.rpartition(":")
+            source, recv = in_step.get(op_name), self._swap_ins.get(other, "")
+            if source in by_name and recv in by_name:
+                readers.append(Node(f"lms_read_again/{index}", (), ((source, int(output)),), (recv,), True, None,
+                                    first_read.get(recv, by_name[recv].priority) - 0.001))
+        return nodes + readers
+
+    def _gates_moved(self, nodes: list[Node], gates: dict[str, str]) -> list[Node]:
+        """``nodes`` with each swap in ``gates`` brought back at the other's gate: its host swap-in waits on
+        what the other's waits on, and it and its copy to the device take the other's place in program order."""
+        moved = {}  # node name -> (control inputs or None, priority)
+        by_name = {node.name: node for node in nodes}
+        for tensor, other in gates.items():
+            host_op, gate_op = self._host_ops.get(tensor), by_name.get(self._host_ops.get(other, ""))
+            recv, other_recv = by_name.get(self._swap_ins.get(tensor, "")), by_name.get(self._swap_ins.get(other, ""))
+            if host_op not in by_name or gate_op is None or recv is None or other_recv is None:
                 continue
-            peaks[device] = {"with_lms": with_lms["bytes"], "without_lms": without_lms["bytes"]}
-        self.stats.device_peaks = peaks
-
-    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
-        return _predict.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,
-                                       self._optimizer_scope(), with_lms, without_lms)
-
-    def _step_cost(self):
-        """The step's StepCost (compute.step_cost); None, with a note where it failed, where it cannot be made."""
-        try:
-            return _compute.step_cost(self.step.ops, self.stats.batch_size, self.device)
-        except Exception as error:  # a prediction must never stop training
-            self.stats.notes.append(f"no step-time prediction ({type(error).__name__}: {error})")
-            return None
-
-    def _plan_on_executed(self, partitions, plain_peak_bytes: int) -> Action:
-        """After a probe (every eligible candidate swapped): the rule's plan, predicted on the executed graphs
-        with the other swaps undone; a retrace where it differs, LMS out where it moves nothing. After a
-        step that ran the plan (or nothing, where the traced step fit the device): the check."""
-        plan = self._plan
-        if not self._probing:
-            if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
-                return self._retrace(self._eligible_names(), probing=True, note=(
-                    f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
-                    f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
-                    "step, to plan on its graphs"))
-            moved = self.stats.swapped_tensors + self.stats.recomputed_tensors
-            if not moved:
-                return self._step_out(_messages.why_nothing(plan))
-            if plan.rule is Rule.LOWEST_PEAK and self.stats.device_peak_bytes > plain_peak_bytes:
-                return self._step_out(f"the executed graphs predict {format_size(self.stats.device_peak_bytes)} "
-                                      f"with the planned {moved} tensors moved, above "
-                                      f"{format_size(plain_peak_bytes)} without")
-            return Action.KEEP if self._hybrid is None else self._hybrid_check(
-                lambda: _predict.ExecutedStep(partitions, self.device, self.step), self.stats.device_peak_bytes)
-        executed = self.executed = _predict.ExecutedStep(partitions, self.device, self.step)
-        held = [item for item in self.candidates if executed.holds(item)]
-        started = time.perf_counter()
-        try:
-            plan = self._search(held, executed.transient_peak)
-        except BudgetError:
-            self._probing = False
-            return Action.KEEP  # no plan fits the budget on these graphs: the probe's swaps stand
-        self.stats.update(planning_s=(self.stats.planning_s or 0) + time.perf_counter() - started)
-        self.stats.notes = [note for note in self.stats.notes if not note.startswith("no swap lowers the predicted peak")]
-        self._plan = plan
-        self.stats.record_plan(plan)
-        names = [candidate.tensor for candidate in plan.moved]
-        if not names:
-            return self._step_out(_messages.why_nothing(plan))
-        if self._hybrid is not None:
-            self.stats.notes.append(self._hybrid.choose(executed, names, self.candidates, plan.peak_bytes))
-        if names == self._chosen[self.stats.batch_size] and (self._hybrid is None or self._hybrid.state != "on"):
-            self._probing = False
-            return Action.KEEP
-        return self._retrace(names, probing=False, note=(
-            f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
-            f"{len(names)} of {len(held)} swapped from the second step, predicted {format_size(plan.peak_bytes)}"))
-
-    def _eligible_names(self) -> list[str]:
-        return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
-
-    def _retrace(self, names: list[str], probing: bool, note: str) -> Action:
-        """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""
-        self.stats.notes.append(note)
-        self._chosen[self.stats.batch_size] = names
-        self._probing, self._retraces = probing, self._retraces + 1
-        self._run_metadata = []  # the next step's executed graphs give the figures
-        return Action.RETRACE
-
-    def _step_out(self, why: str) -> Action:
-        """Nothing moves from the next step on: the model trains with its own train function."""
-        stats = self.stats
-        stats.notes = [note for note in stats.notes if note != self.jit_note]
-        stats.notes.append(f"{why}: nothing moves from the second step on, and the model trains with its own train "
-                           "function (with XLA where it was compiled so)")
-        stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
-                     lean_layers=0, ordered_layers=0, plan=[], records=[],
-                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
-        return Action.STEP_OUT
-
-    def _fits_with_room_kept(self) -> Action:
-        """The traced step fits the device with room: no probe, no executed graphs. The LMS train function holds
-        the model's own step (nothing inserted), so it goes on, and nothing is traced again; where the model asks
-        for XLA, the model's own train function takes over from the next step, with XLA."""
-        plan = self._plan
-        why = (f"the step fits the device with room ({format_size(plan.peak_bytes)} predicted on the traced graph, "
-               f"within {TRUSTED_FIT:.0%} of the {format_size(plan.budget_bytes)} LMS plans to fill)")
-        if internals.jit_compile_requested(self.model):
-            return self._step_out(why)
-        self.stats.notes.append(f"{why}: nothing moves, no step was probed, and the step runs as traced, the "
-                                "model's own")
-        return Action.KEEP
-
-    def _hybrid_check(self, executed, peak_bytes: int) -> Action:
-        """The hybrid plan after a step whose executed graphs (``executed``: a function making their
-        ExecutedStep) predict ``peak_bytes``: after one that swapped the plan's tensors, its recomputes chosen
-        on them and run from the next step; after one that ran them, swaps alone from the next step where
-        they raised the predicted peak."""
-        hybrid, names = self._hybrid, self._chosen[self.stats.batch_size]
-        if hybrid.state == "swaps first":
-            self.stats.notes.append(hybrid.choose(executed(), names, self.candidates, peak_bytes))
-            return self._retrace(names, probing=False, note="the hybrid plan's recomputes run from the next step") \
-                if hybrid.state == "on" else Action.KEEP
-        if hybrid.raised_the_peak(peak_bytes, self.stats.recomputed_tensors):
-            return self._retrace(names, probing=False, note=(
-                f"the executed graphs predict {format_size(peak_bytes)} with the hybrid plan's "
-                f"{self.stats.recomputed_tensors} recomputes, above the {format_size(hybrid.swap_only_peak_bytes)} "
-                "of swaps alone: swaps alone from the next step"))
-        return Action.KEEP
+            moved[host_op] = (gate_op.control_inputs, gate_op.priority)
+            moved[recv.name] = (None, other_recv.priority)
+            for node in nodes:  # the host _Send between them
+                if not node.on_device and any(name == host_op for name, _ in node.inputs):
+                    moved[node.name] = (None, gate_op.priority)
+        return [node if node.name not in moved else dataclasses.replace(
+            node, control_inputs=node.control_inputs if moved[node.name][0] is None else moved[node.name][0],
+            priority=moved[node.name][1]) for node in nodes]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..backend import Framework
 from ..core.stats import LmsStats
 from ..options import LmsOptions
+from . import internals as tf_internals
 
 
 class TensorFlowFramework(Framework):
@@ -116,12 +117,11 @@ def _capacity_bytes(device: str | None) -> int | None:
     accelerator's ``memory``; a GPU's logical-device memory limit where one was set, else its total memory
     (NVML); a CPU's: None (host memory is not what LMS relieves)."""
     from .. import devices
-    from ... import internals
 
     if device is None:
         return None
     if device.startswith("/CPU"):
         return devices.simulated_memory_bytes() if devices.is_simulated(device) else None
     index = int(device.rsplit(":", 1)[1])
-    limit = internals.tensorflow_memory_limit(index)
+    limit = tf_internals.tensorflow_memory_limit(index)
     return limit if limit is not None else devices.nvml_total_bytes(index)

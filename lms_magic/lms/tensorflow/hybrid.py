@@ -13,6 +13,7 @@ predict a peak more than 0.1% above what swaps alone did, the fit goes back to s
 
 from __future__ import annotations
 
+from ...units import format_size
 from . import recompute as _recompute
 
 # The hybrid plan's step may be this much above swaps alone, not more: two executed graphs' predictions differ a
@@ -75,6 +76,21 @@ class HybridPlan:
         self.state, self.swap_only_peak_bytes = ("on" if self.recomputed else "off"), swap_only_peak_bytes
         return (f"the hybrid plan: {len(self.recomputed)} of the {len(items)} tensors moved are recomputed "
                 f"({len(chains)} could be), the others swapped")
+
+    def after_step(self, executed, names: list[str], candidates, peak_bytes: int,
+                   recomputed_tensors: int) -> tuple[list[str], str | None]:
+        """After a step whose executed graphs (``executed``: a function making their ExecutedStep) predict
+        ``peak_bytes``: after one that swapped the plan's tensors (``names``), its recomputes chosen on them, to run
+        from the next step; after one that ran them, swaps alone from the next step where they raised the predicted
+        peak. Returns the notes to add, and the note of a retrace (None: none)."""
+        if self.state == "swaps first":
+            note = self.choose(executed(), names, candidates, peak_bytes)
+            return [note], ("the hybrid plan's recomputes run from the next step" if self.state == "on" else None)
+        if self.raised_the_peak(peak_bytes, recomputed_tensors):
+            return [], (f"the executed graphs predict {format_size(peak_bytes)} with the hybrid plan's "
+                        f"{recomputed_tensors} recomputes, above the {format_size(self.swap_only_peak_bytes)} of "
+                        "swaps alone: swaps alone from the next step")
+        return [], None
 
     def raised_the_peak(self, peak_bytes: int, recomputed_tensors: int) -> bool:
         """After a step that ran the recomputes: whether its executed graphs predict a peak more than

@@ -6,7 +6,7 @@ Pure formatting of the fit's :class:`~lms_magic.lms.core.stats.LmsStats` and the
 from __future__ import annotations
 
 from ...units import format_size
-from ..core.plan import Plan, Rule
+from ..core.plan import TRUSTED_FIT, Plan, Rule
 from .graph import phase_of
 
 
@@ -33,6 +33,23 @@ def why_nothing(plan: Plan) -> str:
     if plan.rule is Rule.BUDGET:
         return "the step fits the budget without swaps"
     return "no swap lowers the peak the executed graphs predict"
+
+
+def fits_with_room(plan: Plan) -> str:
+    """Why nothing moves where the traced step fits the device with room (``TRUSTED_FIT`` of the usable bytes).
+
+    Example:
+        >>> fits_with_room(Plan((), Rule.FITS_DEVICE, 2**20, 2**20, budget_bytes=8 * 2**20))
+        'the step fits the device with room (1.0 MiB predicted on the traced graph, within 75% of the 8.0 MiB LMS plans to fill)'
+    """
+    return (f"the step fits the device with room ({format_size(plan.peak_bytes)} predicted on the traced graph, "
+            f"within {TRUSTED_FIT:.0%} of the {format_size(plan.budget_bytes)} LMS plans to fill)")
+
+
+def stepped_out(why: str) -> str:
+    """The note where LMS steps out after a step: nothing moves from the next one on."""
+    return (f"{why}: nothing moves from the second step on, and the model trains with its own train function (with "
+            "XLA where it was compiled so)")
 
 
 def batch_notes(batch: int | None, source: str | None) -> list[str]:

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ... import internals
 from ..core.order import Ordered, backward_order
 from ..core.plan import Selection
 from ..core.simulate import execution_order
+from . import internals as tf_internals
 from .graph import FUSED_IN_BACKWARD, is_backward, is_gradient_sum, replica_prefix
-from .predict import TracedStep
+from .traced import TracedStep
 from .rewrite import TensorCandidate, find_candidates
 
 
@@ -59,8 +59,22 @@ def lowers_the_peak(selection: Selection, unordered: tuple[TracedStep, list], or
     return all_swapped(ordered.step, ordered.candidates) < all_swapped(*unordered)
 
 
+def ordered_if_lower(graph, start: int, step: TracedStep, candidates: list, layer_of, lb: int, host_device,
+                     selection: Selection) -> OrderedStep | None:
+    """The step with its backward order inserted (``ordered_step``) where that lowers the predicted peak with every
+    eligible candidate swapped (``lowers_the_peak``; ``candidates``: the unordered step's), as ``LMS`` decides it;
+    else None, the graph as it was."""
+    step.nodes()  # read before the order changes the ops' control inputs
+    attempt = ordered_step(graph, start, step, layer_of, lb, host_device)
+    if attempt is not None and lowers_the_peak(selection, (step, candidates), attempt):
+        return attempt
+    if attempt is not None:
+        attempt.remove()
+    return None
+
+
 def step_order(step, layer_of) -> Ordered | None:
-    """The order of a traced step (predict.TracedStep, its nodes read before any rewrite), or None."""
+    """The order of a traced step (traced.TracedStep, its nodes read before any rewrite), or None."""
     def group_of(name: str) -> str | None:
         if not is_backward(name):
             return None
@@ -85,7 +99,7 @@ def insert_order(graph, ordered: Ordered) -> list[tuple[object, object]]:
             joins[name] = tf.raw_ops.NoOp(name=name)
     added = []
     for op_name, join in ordered.waits.items():
-        internals.add_control_input(by_name[op_name], joins[join])
+        tf_internals.add_control_input(by_name[op_name], joins[join])
         added.append((by_name[op_name], joins[join]))
     return added
 
@@ -93,4 +107,4 @@ def insert_order(graph, ordered: Ordered) -> list[tuple[object, object]]:
 def remove_order(added: list[tuple[object, object]]) -> None:
     """Takes the control edges ``insert_order`` added out again (its joins stay, waited on by nothing)."""
     for op, join in added:
-        internals.remove_control_input(op, join)
+        tf_internals.remove_control_input(op, join)

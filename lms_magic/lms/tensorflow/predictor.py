@@ -10,7 +10,7 @@ sliders call, and what ``predict_step`` and the budget search use. With
 ``rescale_batches`` (``explain_fit``'s searches over batch sizes, the tuner's
 batch slider), one trace serves every batch size: it is made at a prime batch size
 that divides none of the model's dimensions, the batch asked for is sized from it by
-TensorFlow's shape inference (``batch_import``; where that is refused, traced), and
+TensorFlow's shape inference (``rescale.dims_at``; where that is refused, traced), and
 each tensor dimension that differs between those two grows linearly with the batch
 (``rewrite.Rescaled``), which predicts what a trace at another batch does, to the
 byte on the tested models. Where every tensor's bytes are then a line in the batch,
@@ -35,10 +35,10 @@ from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
 from ..persistent import persistent_tensors
-from .batch_import import dims_at, dims_scaled, fixed_dims, prime_batch, suits
-from .predict import TracedStep
+from .rescale import Rescaled, dims_at, dims_scaled, fixed_dims, prime_batch, suits
+from .traced import TracedStep
 from .recompute import plan_recomputes
-from .rewrite import Rescaled, find_candidates, layer_resolver, resized
+from .rewrite import find_candidates, layer_resolver, resized
 
 
 def _specs(sample, batch_size: int):
@@ -133,7 +133,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
     def trace(self, batch_size: int) -> TracedStep:
         """The train step at ``batch_size`` (once per batch size): traced, or with ``rescale_batches`` (and no
         ``order_backward``) read off two steps: the first traced at a prime near the batch asked for, the second
-        sized by TensorFlow's shape inference where that holds (``batch_import``; else traced), every other batch
+        sized by TensorFlow's shape inference where that holds (``rescale.dims_at``; else traced), every other batch
         size read off those two (``Rescaled``: each dimension that differs between them grows linearly with the
         batch) where their ops correspond by name."""
         if batch_size not in self._steps and self.rescale_batches and not self.order_backward:
@@ -149,7 +149,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
 
     def step_source(self, batch_size: int) -> str:
         """How the step at ``batch_size`` was made: "traced", "shape inference" (sized from the first trace by
-        TensorFlow's, ``batch_import``) or "two traces" (read off the first two steps, ``Rescaled``)."""
+        TensorFlow's, ``rescale.dims_at``) or "two traces" (read off the first two steps, ``Rescaled``)."""
         sized = self.trace(batch_size).batch_size
         if not isinstance(sized, Rescaled):
             return "traced"
@@ -198,7 +198,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
             self._without_lean = made.get((False, self.order_backward, self.recompute))
 
     def _scaled_as_without_lean(self, first: TracedStep, batch_size: int) -> dict | None:
-        """The dimensions at ``batch_size`` by ``batch_import.scaled`` alone, where the step without ``lean_ops``,
+        """The dimensions at ``batch_size`` by ``rescale.scaled`` alone, where the step without ``lean_ops``,
         traced at the same prime, was sized at this batch by the import (every one of its dimensions so): this
         step is that one with ``lean_batch_norm``'s gradient, whose tensors are the input's shape or a channel's
         (``tensorflow/lean.py``). None otherwise."""
@@ -209,7 +209,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
         return dims_scaled(first.ops[0].graph, first.batch_size, batch_size)
 
     def _fixed_dims(self) -> set[int]:
-        """The model's dimensions that are not the batch (``batch_import.fixed_dims``)."""
+        """The model's dimensions that are not the batch (``rescale.fixed_dims``)."""
         if self._fixed is None:
             self._fixed = fixed_dims(self.model, [tf.convert_to_tensor(value).shape.as_list()[1:]
                                                   for value in tf.nest.flatten(tuple(self.sample))])
@@ -227,14 +227,12 @@ class TensorFlowStepPredictor(PrefixPredictions):
                                                                                self.host_device, _input_bytes(specs))
         self._traced.append(batch_size)
         if self.order_backward:
-            plain.nodes()  # read before the order changes the ops' control inputs
             unordered, _ = find_candidates(plain.ops, self._layer_of, 1, batch_size)
-            attempt = ordering.ordered_step(graph, 0, plain, self._layer_of, 1, self.host_device)
-            if attempt is not None and ordering.lowers_the_peak(self.selection, (plain, unordered), attempt):
-                self._steps[batch_size] = attempt.step
-                self._orders[batch_size] = (ordering.rank_of(attempt.step), attempt.ordered)
-            elif attempt is not None:
-                attempt.remove()
+            ordered = ordering.ordered_if_lower(graph, 0, plain, unordered, self._layer_of, 1, self.host_device,
+                                                self.selection)
+            if ordered is not None:
+                self._steps[batch_size] = ordered.step
+                self._orders[batch_size] = (ordering.rank_of(ordered.step), ordered.ordered)
 
     def _rescale_source(self):
         """The first two traces, as ``((batch, step), (other batch, its tensors' dimensions by name))``, where their

@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ... import internals
+from . import internals as tf_internals
 from .graph import SHAPE_OPS, clone_name
-from .rewrite import insert_swaps, split_by_replica
+from .rewrite import insert_swaps, split_by_replica, with_mirrors
 
 # Kernels cheap next to the step (memory-bound, one pass over their inputs) and deterministic.
 CHEAP_OPS = frozenset({
@@ -131,8 +131,8 @@ def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[Reco
         for index, op in enumerate(recompute.ops):
             inputs = [cloned.get(t.ref(), t) for t in op.inputs]
             with graph.as_default(), graph.name_scope(None):
-                clone = internals.clone_op(graph, op, inputs, clone_name(op, item.candidate.forward_index, index))
-            internals.add_control_input(clone, item.trigger)
+                clone = tf_internals.clone_op(graph, op, inputs, clone_name(op, item.candidate.forward_index, index))
+            tf_internals.add_control_input(clone, item.trigger)
             for original, copy in zip(op.outputs, clone.outputs):
                 cloned[original.ref()] = copy
             names.append(clone.name)
@@ -140,7 +140,7 @@ def insert_recomputes(graph, chosen: list[Recompute], sources=None) -> list[Reco
         for consumer in item.consumers:
             for index, source in enumerate(consumer.inputs):
                 if source is item.tensor:
-                    internals.replace_input(consumer, index, value)
+                    tf_internals.replace_input(consumer, index, value)
         records.append(RecomputeRecord(item.candidate, names, item.trigger.name, item.hops,
                                        [c.name for c in item.consumers]))
     return records
@@ -210,6 +210,21 @@ def insert_hybrid(graph, items, chains: dict[str, Recompute], ops_of_step, host_
                 for item, record in zip(swapped, records)}
     return records + insert_recomputes(graph, [chains[item.tensor.name] for item in items
                                                if item.tensor.name in chains], swap_ins)
+
+
+def move_off(graph, ops, items, host_device: str, recompute, hybrid=None, candidates=(), probing: bool = False) -> list:
+    """Moves ``items`` off the device in the traced step ``ops`` of ``graph``: swapped, recomputed (``recompute``
+    "only": those that can be), or as the ``hybrid`` plan says (``candidates``: all of the step's; ``probing``: the
+    step swaps every one to plan on its graphs); under a distribution strategy, on every replica (each item's
+    mirrors too: the hybrid plan's recomputes are chosen on the first replica's graphs, and the other replicas swap
+    those tensors). Returns the records of what was inserted."""
+    items = with_mirrors(items)
+    if recompute == "only":
+        chains = plan_recomputes(items, ops)
+        return insert_recomputes(graph, [chains[item.tensor.name] for item in items if item.tensor.name in chains])
+    if hybrid is not None:
+        return hybrid.insert(graph, ops, items, candidates, probing)
+    return insert_swaps(graph, items, host_device)
 
 
 def records_stats(records: list) -> dict:

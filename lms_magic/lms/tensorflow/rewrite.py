@@ -26,9 +26,10 @@ import tensorflow as tf
 
 from ... import internals
 
-from ..core.batch_lines import TwoBatches
 from ..core.plan import Candidate
+from . import internals as tf_internals
 from .graph import SHAPE_OPS, SWAP_IN_SCOPE, SWAP_OUT_SCOPE, is_backward, landing_name, op_name_in_step, replica_prefix, swap_name
+from .rescale import bytes_of, dims_sized, sized_dims, static_bytes
 
 _SKIP_PRODUCERS = frozenset({"ReadVariableOp", "Const", "VarHandleOp", "Placeholder", "ResourceGather"})
 _LOOP_OPS = frozenset({"While", "StatelessWhile"})
@@ -59,88 +60,6 @@ class SwapRecord:
     hops: int
     consumers: list[str] = field(default_factory=list)
     landed: str = ""  # the op on the consumers' device that they read the swapped-in tensor from
-
-
-@dataclass(frozen=True)
-class Rescaled:
-    """The sizes of a step traced at batch ``traced``, read as at batch ``to``, from a second trace of the same
-    step at batch ``other`` (``other_dims``: each tensor's dimensions there, by name). A dimension that differs
-    between the two traces grows linearly with the batch (the batch itself, or the batch merged with another
-    dimension by a reshape); one that does not is the model's. Exact for every dimension linear in the batch.
-
-    Example:
-        >>> rescaled = Rescaled(8, 20, 16, {"x:0": [16, 224, 16 * 24]})
-        >>> rescaled.dims("x:0", [8, 224, 8 * 24]), rescaled.dims("y:0", [8, None])
-        ([20, 224, 480], [20, 20])
-    """
-
-    traced: int
-    to: int
-    other: int
-    other_dims: dict = field(repr=False, compare=False)
-
-    def dims(self, name: str, dims: list) -> list:
-        two = TwoBatches(self.traced, self.other)
-        return [two.at(first, again, self.to) for first, again in self._pairs(name, dims)]
-
-    def linear(self, name: str, dims: list) -> bool:
-        """Whether the tensor's bytes are a line in the batch: at most one dimension grows with it, by a whole
-        number per sample.
-
-        Example:
-            >>> rescaled = Rescaled(8, 20, 16, {"x:0": [16 * 24, 224], "y:0": [16, 16], "z:0": [7]})
-            >>> rescaled.linear("x:0", [8 * 24, 224]), rescaled.linear("y:0", [8, 8]), rescaled.linear("z:0", [3])
-            (True, False, False)
-        """
-        two = TwoBatches(self.traced, self.other)
-        slopes = [two.slope(first, again) for first, again in self._pairs(name, dims)]
-        return None not in slopes and sum(1 for slope in slopes if slope) <= 1
-
-    def _pairs(self, name: str, dims: list) -> list[tuple[int, int]]:
-        """Each dimension as (its size at the traced batch, its size at the other)."""
-        second = self.other_dims.get(name)
-        if second is None or len(second) != len(dims):
-            second = [None] * len(dims)
-        pairs = []
-        for first, again in zip(dims, second):
-            if first is None:  # unknown: the batch
-                pairs.append((self.traced, self.other))
-            elif again is None:  # not known in the other trace: the batch where it equals the traced one
-                pairs.append((first, self.other if first == self.traced else first))
-            else:
-                pairs.append((first, again))
-        return pairs
-
-
-def dims_sized(name: str, dims: list, batch_size) -> list:
-    """A tensor's dimensions as traced (``name``'s ``dims``, None where unknown) at ``batch_size``: an int or None
-    fills the unknown ones; a :class:`Rescaled` reads them as at its batch."""
-    if isinstance(batch_size, Rescaled):
-        return batch_size.dims(name, dims)
-    return [batch_size if dim is None else dim for dim in dims]
-
-
-def bytes_of(dims: list, itemsize: int) -> int | None:
-    """The bytes of a tensor of ``dims`` and ``itemsize``; None where a dimension is unknown."""
-    count = itemsize
-    for dim in dims:
-        if dim is None:
-            return None
-        count *= dim
-    return count
-
-
-def sized_dims(tensor, batch_size) -> list:
-    """``tensor``'s dimensions at ``batch_size`` (:func:`dims_sized`)."""
-    return dims_sized(tensor.name, tensor.shape.as_list(), batch_size)
-
-
-def static_bytes(tensor, batch_size) -> int | None:
-    """The tensor's bytes, its unknown dimensions sized as ``batch_size`` (see :func:`sized_dims`); None where
-    its shape is not known."""
-    if tensor.shape.rank is None:
-        return None
-    return bytes_of(sized_dims(tensor, batch_size), tensor.dtype.size)
 
 
 def split_by_replica(ops) -> dict[str, tuple[list, list]]:
@@ -311,16 +230,16 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
         tensor = item.tensor
         base = swap_name(tensor.name)
         with graph.as_default(), graph.name_scope(None), tf.device(host_device):
-            swap_out = internals.pass_through_op(graph, "EnsureShape", tensor, f"{SWAP_OUT_SCOPE}/{base}", tensor.shape)
-            swap_in = internals.pass_through_op(graph, "Snapshot", swap_out, f"{SWAP_IN_SCOPE}/{base}")
-        internals.add_control_input(swap_in.op, item.trigger)
+            swap_out = tf_internals.pass_through_op(graph, "EnsureShape", tensor, f"{SWAP_OUT_SCOPE}/{base}", tensor.shape)
+            swap_in = tf_internals.pass_through_op(graph, "Snapshot", swap_out, f"{SWAP_IN_SCOPE}/{base}")
+        tf_internals.add_control_input(swap_in.op, item.trigger)
         with graph.as_default(), graph.name_scope(None), tf.device(item.consumers[0].device or None):
-            landed = internals.pass_through_op(graph, "Snapshot", swap_in, landing_name(tensor))
+            landed = tf_internals.pass_through_op(graph, "Snapshot", swap_in, landing_name(tensor))
         for consumer in item.consumers:
             _reroute(consumer, tensor, landed)
         for consumer in item.shape_consumers:  # shapes are read on the host, from the host copy
             _reroute(consumer, tensor, swap_out)
-            internals.set_op_device(consumer, host_device)
+            tf_internals.set_op_device(consumer, host_device)
         records.append(SwapRecord(item.candidate, swap_out.op.name, swap_in.op.name, item.trigger.name,
                                   item.hops, [c.name for c in item.consumers], landed.op.name))
     return records
@@ -329,7 +248,7 @@ def insert_swaps(graph, chosen: list[TensorCandidate], host_device: str) -> list
 def _reroute(op, old, new) -> None:
     for index, source in enumerate(op.inputs):
         if source is old:
-            internals.replace_input(op, index, new)
+            tf_internals.replace_input(op, index, new)
 
 
 def layer_resolver(model):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lms_magic import LMS
-from lms_magic.lms.tensorflow import backend as tensorflow_backend
+from lms_magic.lms.tensorflow.planner import TracePlanner
 from tests import models
 
 REUSED = "the plan an earlier fit of this model checked at this batch"
@@ -20,13 +20,13 @@ REUSED = "the plan an earlier fit of this model checked at this batch"
 def searches(monkeypatch):
     """Counts the plan searches LMS makes (on the traced graph and on the executed one)."""
     calls = []
-    search = tensorflow_backend.TensorFlowBackend._search
+    search = TracePlanner.search
 
     def counted(self, *args, **kwargs):
         calls.append(1)
         return search(self, *args, **kwargs)
 
-    monkeypatch.setattr(tensorflow_backend.TensorFlowBackend, "_search", counted)
+    monkeypatch.setattr(TracePlanner, "search", counted)
     return calls
 
 

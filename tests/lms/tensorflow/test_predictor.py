@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lms_magic.lms.core.plan import Selection
-from lms_magic.lms.tensorflow.batch_import import is_prime
+from lms_magic.lms.tensorflow.rescale import is_prime
 from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 from tests import models
 from tests.conftest import DEVICES
@@ -94,7 +94,7 @@ def test_the_lean_step_is_sized_as_the_step_without_it_was(devices, build, monke
     sized at the batch asked for by the import, the lean one is sized by the same rule with no import of its own,
     to its own import's dimensions, and predicts as its own traces."""
     from lms_magic.lms.tensorflow import predictor as predictor_module
-    from lms_magic.lms.tensorflow.batch_import import dims_at
+    from lms_magic.lms.tensorflow.rescale import dims_at
 
     model = build()
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -78,9 +78,9 @@ def test_candidates_are_sized_at_the_batch_and_come_in_forward_order():
 
 
 def test_a_swap_op_is_the_node_tf_raw_ops_makes():
-    """The swap ops are made without the op-definition library (internals.pass_through_op): the nodes, devices
+    """The swap ops are made without the op-definition library (tf_internals.pass_through_op): the nodes, devices
     and names must be what ``tf.raw_ops`` makes, or Grappler could treat the step otherwise."""
-    from lms_magic import internals
+    from lms_magic.lms.tensorflow import internals as tf_internals
 
     made = {}
 
@@ -90,8 +90,8 @@ def test_a_swap_op_is_the_node_tf_raw_ops_makes():
         with graph.name_scope(None), tf.device("/CPU:1"):
             made["raw"] = [tf.raw_ops.EnsureShape(input=y, shape=y.shape, name="out/t"),
                            tf.raw_ops.Snapshot(input=y, name="in/t")]
-            made["fast"] = [internals.pass_through_op(graph, "EnsureShape", y, "out/t", y.shape),
-                            internals.pass_through_op(graph, "Snapshot", y, "in/t")]
+            made["fast"] = [tf_internals.pass_through_op(graph, "EnsureShape", y, "out/t", y.shape),
+                            tf_internals.pass_through_op(graph, "Snapshot", y, "in/t")]
         return y
 
     tf.function(step, autograph=False).get_concrete_function(tf.TensorSpec((None, 3), tf.float32))

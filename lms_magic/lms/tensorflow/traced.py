@@ -1,9 +1,9 @@
-"""Predicted device memory of a train step, from TensorFlow's graphs.
+"""The traced train step as the liveness replay sees it: :class:`TracedStep`, the ops of one trace of Keras's train
+step (a ``FuncGraph``, available before the first step runs), their sizes at the traced batch size or at another
+(a ``rescale.Rescaled``), their program order and what each tensor is (layer, shape, kind).
 
-Two sources feed the same liveness replay (simulate.py): the traced FuncGraph
-(available before the first step runs, used to plan for a budget), and the
-partition graphs that TensorFlow actually executed after Grappler and
-placement (collected during the first step: internals.collected_function_graphs).
+The plan is made on it before the first step; the graphs TensorFlow executed after Grappler and placement are
+replayed in ``executed.py``, whose nodes take their sizes and order from it by name.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import tensorflow as tf
 
 from ..core.indexed import IndexedGraph
 from ..core.peak import LiveTensor, explain_peak
-from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay, replay_with_swaps
+from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay_with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
-                    is_recompute_op,
-                    is_swap_op, kind_of_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name)
-from .partitions import nodes_from_partitions, swap_ins, swapped_in
-from .rewrite import TensorCandidate, bytes_of, dims_sized, sized_dims, static_bytes
+                    is_recompute_op, kind_of_op, op_name_in_step, phase_of)
+from .rescale import bytes_of, dims_sized, sized_dims, static_bytes
+from .rewrite import TensorCandidate
 
-__all__ = ["TracedStep", "train_partitions", "executed_peaks"]
+__all__ = ["TracedStep", "device_suffix", "recomputes_just_in_time"]
 
 
 def device_suffix(device: str) -> str:
@@ -43,7 +42,7 @@ def _planned(swaps: list[TensorCandidate], names: dict | None = None) -> list[Sw
     return planned
 
 
-def _recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
+def recomputes_just_in_time(nodes: list[Node]) -> list[Node]:
     """The recompute clones (made after the whole step, so last in program order) ordered just before their
     first reader, as TensorFlow's executor runs them: as soon as their gate has run. A chain's clones are
     placed from its last (read by the step's own ops) back, in whatever order the graph lists them."""
@@ -100,7 +99,7 @@ class TracedStep:
         self._outputs: list | None = None  # each op's outputs as read from TensorFlow (_output_table)
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
-        """The same ops sized at another ``batch_size`` (a :class:`~.rewrite.Rescaled`): the ops' names, order and
+        """The same ops sized at another ``batch_size`` (a :class:`~.rescale.Rescaled`): the ops' names, order and
         phases shared with this step, the sizes and the replay's nodes its own."""
         step = copy.copy(self)
         step.batch_size, step.input_bytes = batch_size, list(input_bytes)
@@ -155,7 +154,7 @@ class TracedStep:
                               forwards_input=op.type in FORWARDING_OPS))
         step_inputs = {op.name for op in self.ops if op.type in INPUT_OPS or op.type == "Placeholder"
                        and op.outputs and op.outputs[0].dtype != tf.resource}
-        return as_soon_as_ready(_joins_when_ready(_recomputes_just_in_time(nodes)), step_inputs, self.optimizer_after)
+        return as_soon_as_ready(_joins_when_ready(recomputes_just_in_time(nodes)), step_inputs, self.optimizer_after)
 
     def predicted_transient_peak(self, swaps: list[TensorCandidate] = ()) -> int:
         """Device memory the step allocates at its peak, beyond what it holds before."""
@@ -228,150 +227,3 @@ class TracedStep:
                 self._join_priority = {node.name: node.priority for node in self.nodes() if is_join(node.name)}
             return float(self._join_priority[op.name])
         return float(self._position[op.name])
-
-
-def train_partitions(run_metadata):
-    """The partition graphs of the executed train function in ``run_metadata``."""
-    best, best_score = None, -1
-    for function_graph in run_metadata.function_graphs:
-        names = [node.name for graph in function_graph.partition_graphs for node in graph.node]
-        score = 10**6 * any(is_swap_op(n) for n in names) + sum(is_backward(n) for n in names)
-        if score > best_score:
-            best, best_score = function_graph, score
-    return list(best.partition_graphs) if best is not None and best_score > 0 else []
-
-
-def _without_order(nodes: list[Node], ordered) -> list[Node]:
-    """Executed nodes without the backward order's control edges (core.order.Ordered; None: none): its joins
-    dropped, and an ordered op's control inputs from its join or from the ops that join waited on (Grappler's
-    dependency optimizer puts those in place of a join it removes)."""
-    if ordered is None:
-        return nodes
-    waited_on = {entry: set(ordered.joins[join]) | {join} for entry, join in ordered.waits.items()}
-    kept = []
-    for node in nodes:
-        if is_join(node.name):
-            continue
-        drop = waited_on.get(op_name_in_step(node.name), set())
-        controls = tuple(name for name in node.control_inputs if not is_join(name) and op_name_in_step(name) not in drop)
-        kept.append(node if controls == node.control_inputs else dataclasses.replace(node, control_inputs=controls))
-    return kept
-
-
-def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
-                   optimizer_scope: str | None, with_lms: bool = True,
-                   without_lms: bool = True) -> tuple[dict | None, dict | None, int]:
-    """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
-    order ``step.ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
-    ``persistent``), and the count of unknown-size device nodes; ``with_lms`` / ``without_lms`` False: that
-    replay is not made (None in its place)."""
-    suffix = device_suffix(device)
-    brought_back = swapped_in(partitions, suffix)
-
-    def describe(tensor):
-        name, index = tensor
-        if name in brought_back:
-            return step.describe(*brought_back[name], layer_of, optimizer_scope, swapped=True)
-        return step.describe(name, index, layer_of, optimizer_scope)
-
-    explained, unknown_count = [], 0
-    for undo in (False, True):
-        if not (without_lms if undo else with_lms):
-            explained.append(None)
-            continue
-        nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
-                                                optimizer_after=step.optimizer_after)
-        nodes = _recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
-        unknown_count = unknown_count or len(unknown)
-        result = replay(nodes, explain=True)
-        explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
-                                      op_name_in_step(result.peak_after or "")))
-    return explained[0], explained[1], unknown_count
-
-
-class ExecutedStep:
-    """The partition graphs TensorFlow executed for a step that swapped every eligible candidate (the probe),
-    with any subset of those swaps undone: the plan search's graph, as it runs after Grappler and placement.
-
-    A candidate of the traced step is found among the executed swaps by its swap-in op's name (which names
-    the tensor, however Grappler renamed its producer); undoing a swap makes its readers read the device
-    tensor again, as without it. Candidates whose swap the executed graphs do not hold stay as they are in
-    every prediction.
-    """
-
-    def __init__(self, partitions, device: str, traced: TracedStep):
-        suffix = device_suffix(device)
-        self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
-                                                          optimizer_after=traced.optimizer_after)
-        self.nodes = _recomputes_just_in_time(self.nodes)
-        self._indexed = None  # the nodes numbered for the replays (IndexedGraph), at the first
-        self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in
-        self._host_ops: dict[str, str] = {}  # that swap name -> the host swap-in op (gated on the trigger)
-        self._origin: dict[str, tuple[str, int]] = {}  # that _Recv -> the executed tensor it brings back
-        for recv, (host_op, origin) in swap_ins(partitions, suffix).items():
-            tensor = swapped_tensor_name(host_op)
-            if tensor is not None:
-                self._swap_ins[tensor], self._host_ops[tensor] = recv, host_op
-                self._origin[recv] = origin
-
-    def holds(self, item: TensorCandidate) -> bool:
-        """Whether the executed graphs hold the candidate's swap (Grappler may have fused its producer away)."""
-        return swap_name(item.tensor.name) in self._swap_ins
-
-    def transient_peak(self, items: list[TensorCandidate], gates: dict[str, str] | None = None,
-                       reads: dict[str, str] | None = None) -> int:
-        """Device memory the executed step allocates at its peak with only ``items`` swapped; ``gates`` (swap
-        name -> swap name): a swap brought back at another's gate instead of its own (both in ``items``);
-        ``reads`` (traced tensor name -> swap name): a device tensor read again at that swap's gate (by a
-        recompute's clones)."""
-        kept = {self._swap_ins.get(swap_name(item.tensor.name)) for item in items}
-        undone = {recv: origin for recv, origin in self._origin.items() if recv not in kept}
-        with collector_paused():
-            if not gates and not reads:  # the search's replays: the graph numbered once (core/indexed.py)
-                if self._indexed is None:
-                    self._indexed = IndexedGraph(self.nodes)
-                return self._indexed.replay(substitute=undone).peak_bytes
-            nodes = [node if not any(name in undone for name, _ in node.inputs) else
-                     dataclasses.replace(node, inputs=tuple(undone[name] if name in undone else (name, index)
-                                                            for name, index in node.inputs))
-                     for node in self.nodes if node.name not in undone]
-            return replay(self._read_again(self._gates_moved(nodes, gates or {}), reads or {})).peak_bytes
-
-    def _read_again(self, nodes: list[Node], reads: dict[str, str]) -> list[Node]:
-        """``nodes`` with a reader of each tensor in ``reads`` run just before the first reader of the swap-in it
-        names, as a clone runs (so it lives until there at least), where the executed graphs hold both."""
-        if not reads:
-            return nodes
-        in_step = {op_name_in_step(node.name): node.name for node in nodes}  # an op's name in the step -> its node's
-        by_name = {node.name: node for node in nodes}
-        first_read: dict[str, float] = {}
-        for node in nodes:
-            for name, _ in node.inputs:
-                first_read[name] = min(first_read.get(name, node.priority), node.priority)
-        readers = []
-        for index, (tensor, other) in enumerate(reads.items()):
-            op_name, _, output = tensor.rpartition(":")
-            source, recv = in_step.get(op_name), self._swap_ins.get(other, "")
-            if source in by_name and recv in by_name:
-                readers.append(Node(f"lms_read_again/{index}", (), ((source, int(output)),), (recv,), True, None,
-                                    first_read.get(recv, by_name[recv].priority) - 0.001))
-        return nodes + readers
-
-    def _gates_moved(self, nodes: list[Node], gates: dict[str, str]) -> list[Node]:
-        """``nodes`` with each swap in ``gates`` brought back at the other's gate: its host swap-in waits on
-        what the other's waits on, and it and its copy to the device take the other's place in program order."""
-        moved = {}  # node name -> (control inputs or None, priority)
-        by_name = {node.name: node for node in nodes}
-        for tensor, other in gates.items():
-            host_op, gate_op = self._host_ops.get(tensor), by_name.get(self._host_ops.get(other, ""))
-            recv, other_recv = by_name.get(self._swap_ins.get(tensor, "")), by_name.get(self._swap_ins.get(other, ""))
-            if host_op not in by_name or gate_op is None or recv is None or other_recv is None:
-                continue
-            moved[host_op] = (gate_op.control_inputs, gate_op.priority)
-            moved[recv.name] = (None, other_recv.priority)
-            for node in nodes:  # the host _Send between them
-                if not node.on_device and any(name == host_op for name, _ in node.inputs):
-                    moved[node.name] = (None, gate_op.priority)
-        return [node if node.name not in moved else dataclasses.replace(
-            node, control_inputs=node.control_inputs if moved[node.name][0] is None else moved[node.name][0],
-            priority=moved[node.name][1]) for node in nodes]

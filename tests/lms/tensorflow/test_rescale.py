@@ -1,4 +1,4 @@
-"""A trace's shapes at another batch size from TensorFlow's shape inference (``batch_import``): what a trace at that
+"""A trace's shapes at another batch size from TensorFlow's shape inference (``rescale.dims_at``): what a trace at that
 batch size gives, or nothing where it cannot be trusted, never a wrong shape."""
 
 import keras
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from lms_magic import internals
-from lms_magic.lms.tensorflow.batch_import import dims_at, fixed_dims, prime_batch
+from lms_magic.lms.tensorflow.rescale import dims_at, fixed_dims, prime_batch
 from tests import models
 
 from .test_predictor import attention

@@ -1,18 +1,26 @@
-"""A traced train step's tensor shapes at another batch size, from TensorFlow's shape inference instead of a trace.
+"""A traced train step's sizes at another batch size, with no trace of its own.
 
-Tracing Keras's train step takes seconds (ResNet-50: about 2.5 s on 2 cores); importing the same GraphDef
-into a new graph, where TensorFlow's C++ shape inference sizes every tensor, takes a fraction of that. Traced
-at a prime batch size that divides no dimension of the model's variables or inputs, every integer constant
-that is a multiple of it holds the batch (a shape TensorFlow baked into a gradient, a reshape's target, a
-range's end): scaled to another batch, with the inputs' batch dimension, the imported graph has every
-tensor's shape at that batch. Each variable the step reads is a handle of its own shape in the new graph,
-so its reads and gathers are sized too.
+Tracing Keras's train step takes seconds (ResNet-50: about 2.5 s on 2 cores), and ``explain_fit``'s searches ask
+for a dozen batch sizes or more. Two ways read them off traces instead, by the rules ``docs/design.md`` states
+(what breaks each, and what the code does then):
 
-The shapes are checked before they are used: each dimension is the model's (not a multiple of the traced
-batch, and unchanged) or grows with the batch exactly (``k * traced`` became ``k * batch``). An import that
-fails, a shape left unknown, or a dimension off that pattern gives None, and the caller traces instead.
-What the check cannot see: a dimension computed from the batch in Python other than as a multiple of it
-(half the batch, say), which the trace holds as a plain number.
+- **Two steps, every size a line in the batch** (:class:`Rescaled`): a dimension that differs between two traces of
+  the same step grows linearly with the batch (the batch itself, or the batch merged with another dimension by a
+  reshape); one that does not is the model's. ``dims_sized`` and ``static_bytes`` size a traced tensor at an int
+  batch (an unknown dimension is the batch) or at a :class:`Rescaled` one.
+- **TensorFlow's shape inference** (:func:`dims_at`): importing the traced GraphDef into a new graph, where
+  TensorFlow's C++ shape inference sizes every tensor, takes a fraction of a trace. Traced at a prime batch size
+  that divides no dimension of the model's variables, layers' outputs or inputs (:func:`prime_batch`), every
+  integer constant that is a multiple of it holds the batch (a shape TensorFlow baked into a gradient, a reshape's
+  target, a range's end): scaled to another batch, with the inputs' batch dimension, the imported graph has every
+  tensor's shape at that batch. Each variable the step reads is a handle of its own shape in the new graph, so its
+  reads and gathers are sized too.
+
+The imported shapes are checked before they are used: each dimension is the model's (not a multiple of the traced
+batch, and unchanged) or grows with the batch exactly (``k * traced`` became ``k * batch``). An import that fails,
+a shape left unknown, or a dimension off that pattern gives None, and the caller traces instead. What the check
+cannot see: a dimension computed from the batch in Python other than as a multiple of it (half the batch, say),
+which the trace holds as a plain number.
 
 Example:
     >>> prime_batch(64, [3, 7, 64, 1000]), prime_batch(7, [7, 1000]), suits(67, [3, 7, 64])
@@ -21,7 +29,93 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Iterable
+
+from ..core.batch_lines import TwoBatches
+from . import internals as tf_internals
+
+
+@dataclass(frozen=True)
+class Rescaled:
+    """The sizes of a step traced at batch ``traced``, read as at batch ``to``, from a second trace of the same
+    step at batch ``other`` (``other_dims``: each tensor's dimensions there, by name). A dimension that differs
+    between the two traces grows linearly with the batch (the batch itself, or the batch merged with another
+    dimension by a reshape); one that does not is the model's. Exact for every dimension linear in the batch.
+
+    Example:
+        >>> rescaled = Rescaled(8, 20, 16, {"x:0": [16, 224, 16 * 24]})
+        >>> rescaled.dims("x:0", [8, 224, 8 * 24]), rescaled.dims("y:0", [8, None])
+        ([20, 224, 480], [20, 20])
+    """
+
+    traced: int
+    to: int
+    other: int
+    other_dims: dict = field(repr=False, compare=False)
+
+    def dims(self, name: str, dims: list) -> list:
+        two = TwoBatches(self.traced, self.other)
+        return [two.at(first, again, self.to) for first, again in self._pairs(name, dims)]
+
+    def linear(self, name: str, dims: list) -> bool:
+        """Whether the tensor's bytes are a line in the batch: at most one dimension grows with it, by a whole
+        number per sample.
+
+        Example:
+            >>> rescaled = Rescaled(8, 20, 16, {"x:0": [16 * 24, 224], "y:0": [16, 16], "z:0": [7]})
+            >>> rescaled.linear("x:0", [8 * 24, 224]), rescaled.linear("y:0", [8, 8]), rescaled.linear("z:0", [3])
+            (True, False, False)
+        """
+        two = TwoBatches(self.traced, self.other)
+        slopes = [two.slope(first, again) for first, again in self._pairs(name, dims)]
+        return None not in slopes and sum(1 for slope in slopes if slope) <= 1
+
+    def _pairs(self, name: str, dims: list) -> list[tuple[int, int]]:
+        """Each dimension as (its size at the traced batch, its size at the other)."""
+        second = self.other_dims.get(name)
+        if second is None or len(second) != len(dims):
+            second = [None] * len(dims)
+        pairs = []
+        for first, again in zip(dims, second):
+            if first is None:  # unknown: the batch
+                pairs.append((self.traced, self.other))
+            elif again is None:  # not known in the other trace: the batch where it equals the traced one
+                pairs.append((first, self.other if first == self.traced else first))
+            else:
+                pairs.append((first, again))
+        return pairs
+
+
+def dims_sized(name: str, dims: list, batch_size) -> list:
+    """A tensor's dimensions as traced (``name``'s ``dims``, None where unknown) at ``batch_size``: an int or None
+    fills the unknown ones; a :class:`Rescaled` reads them as at its batch."""
+    if isinstance(batch_size, Rescaled):
+        return batch_size.dims(name, dims)
+    return [batch_size if dim is None else dim for dim in dims]
+
+
+def bytes_of(dims: list, itemsize: int) -> int | None:
+    """The bytes of a tensor of ``dims`` and ``itemsize``; None where a dimension is unknown."""
+    count = itemsize
+    for dim in dims:
+        if dim is None:
+            return None
+        count *= dim
+    return count
+
+
+def sized_dims(tensor, batch_size) -> list:
+    """``tensor``'s dimensions at ``batch_size`` (:func:`dims_sized`)."""
+    return dims_sized(tensor.name, tensor.shape.as_list(), batch_size)
+
+
+def static_bytes(tensor, batch_size) -> int | None:
+    """The tensor's bytes, its unknown dimensions sized as ``batch_size`` (see :func:`sized_dims`); None where
+    its shape is not known."""
+    if tensor.shape.rank is None:
+        return None
+    return bytes_of(sized_dims(tensor, batch_size), tensor.dtype.size)
 
 
 def is_prime(number: int) -> bool:
@@ -175,12 +269,10 @@ def _variables_as_handles(graph, graph_def) -> None:
     the same variable's shape and dtype, in place: what the import's shape inference reads the variable through."""
     import tensorflow as tf
 
-    from ... import internals
-
     variables = {}
     for op in graph.get_operations():
         if op.type == "Placeholder" and op.outputs[0].dtype == tf.resource:
-            variables[op.name] = internals.variable_of_handle(op.outputs[0])
+            variables[op.name] = tf_internals.variable_of_handle(op.outputs[0])
     for node in graph_def.node:
         variable = variables.get(node.name) if node.op == "Placeholder" else None
         if variable is None:

@@ -1,0 +1,194 @@
+"""The plan made on each trace of one fit's train step, before it runs: the candidates found, the backward order
+inserted where it lowers the peak, the candidates ``recompute="only"`` can recompute, and the one planning rule
+(``core.plan.plan_swaps``) over them, replayed on the traced step; or, where the first step probes (every eligible
+candidate swapped, to plan on the graphs TensorFlow executes), that probe as the plan.
+
+The backend (``backend.py``) owns the fit; a :class:`TracePlanner` is its planner, made with the fit's options
+and stats, and also searches the plan again on the executed graphs (``search``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import tensorflow as tf
+
+from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
+from ..core.stats import LmsStats
+from ..options import LmsOptions
+from . import messages as _messages
+from . import ordering as _ordering
+from . import recompute as _recompute
+from . import rewrite as _rewrite_ops
+from .rescale import static_bytes
+from .traced import TracedStep
+
+
+@dataclass
+class TracedPlan:
+    """What planning one trace gives: its candidates (TensorCandidate), the notes for the user, the step planned on
+    (ordered where that is lower), the step as Keras traced it, the batch's input bytes and the plan."""
+
+    candidates: list
+    notes: list[str]
+    step: TracedStep
+    plain: TracedStep
+    input_bytes: list[int]
+    plan: Plan
+
+    def figures(self, moved_on: TracedStep, moved: list, with_lms, without_lms, persistent: list, layer_of,
+                optimizer_scope: str | None) -> tuple[dict, list[str]]:
+        """The fit's stats from the replays of this trace (``with_lms``: of ``moved_on`` with ``moved`` swapped;
+        ``without_lms``: of the step as Keras traced it), explained, and the notes to add."""
+        persistent_bytes = sum(tensor.nbytes for tensor in persistent)
+        peaks = (persistent_bytes + with_lms.peak_bytes, persistent_bytes + without_lms.peak_bytes)
+        context = persistent, layer_of, optimizer_scope
+        notes = list(self.notes)
+        if self.plan.rule is Rule.LOWEST_PEAK and self.candidates and not self.plan.moved:
+            notes.append(_messages.nothing_helps(without_lms.peak_after or "?", self.plan.peak_bytes, optimizer_scope))
+        return {"active": True, "backend": "tensorflow", "candidates": len(self.candidates),
+                "persistent_bytes": persistent_bytes, "device_peak_bytes": peaks[0],
+                "device_peak_bytes_without_lms": peaks[1], "prediction_source": "traced graph",
+                "peak_source": "predicted", "traced_device_peaks": peaks,
+                "peak": moved_on.explain(moved, *context, with_lms),
+                "peak_without_lms": self.plain.explain([], *context, without_lms)}, notes
+
+
+class TracePlanner:
+    """Plans the traces of one fit's train step (and searches again on its executed graphs).
+
+    Args:
+        options: the fit's LMS options (``device`` and ``host_device`` resolved).
+        stats: the fit's stats: it reads the batch size and capacity the callback found, and records the batch
+            size planned for, the planning time and the layers ordered.
+        layer_of: the model's op name -> (layer, layer type) resolver (``rewrite.layer_resolver``).
+        elsewhere: the host device, and the devices of the other replicas (their buffers are not counted).
+        persistent_bytes: the weights and optimizer state's bytes, read when a plan is made.
+    """
+
+    def __init__(self, options: LmsOptions, stats: LmsStats, layer_of, elsewhere: tuple,
+                 persistent_bytes: Callable[[], int]):
+        self.selection, self.lb, self.budget_bytes = options.selection, options.lb, options.budget_bytes
+        self.recompute = options.recompute
+        self.order_backward = options.order_backward and options.recompute is False
+        self.stats, self._layer_of, self._elsewhere = stats, layer_of, elsewhere
+        self._persistent_bytes, self._hint = persistent_bytes, options.batch_size
+        self.ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
+        self.cost = None  # the step's StepCost, set after the first step (never while a trace runs)
+        self._found: tuple | None = None  # the last ops and batch find_candidates was asked, and its answer
+
+    def candidates(self, ops, batch: int | None) -> tuple[list, list[str]]:
+        """``find_candidates``' candidates and notes of the traced ``ops`` at ``batch`` (the last asked kept: the
+        backend asks them of the first trace to recall a plan, then plans on them)."""
+        key = (ops[0].graph, ops[0].name, len(ops), batch) if ops else None
+        if self._found is None or self._found[0] != key:
+            self._found = (key, _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch))
+        return self._found[1]
+
+    def batch_size(self, data) -> int | None:
+        """The batch the plan is sized for: the traced one, else the user's hint, else the fit's (which the
+        callback found: ``stats.batch_size``); ``stats`` say which."""
+        first = tf.nest.flatten(data)[0]
+        traced = first.shape[0] if first.shape.rank else None
+        if traced:
+            self.stats.update(batch_size=traced, batch_size_source="the traced batch")
+        elif self._hint() is not None:
+            self.stats.update(batch_size=self._hint(), batch_size_source="batch_size_hint")
+        return self.stats.batch_size
+
+    def search(self, candidates, transient_peak, budget: bool = True) -> Plan:
+        """The one planning rule over ``candidates`` (TensorCandidate) with a predictor of their transient peak."""
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        selection = self.selection
+        if self.stats.batch_size is None and selection.n_tensors is PLANNED:  # nothing to size a plan with
+            return plan_swaps(selection, [item.candidate for item in candidates], None)
+        return plan_swaps(selection, [item.candidate for item in candidates],
+                          lambda cands: transient_peak([by_tensor[c.tensor] for c in cands]),
+                          self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
+                          self.cost)
+
+    def check_budget(self, original, data) -> None:
+        """Plans on a throwaway trace of ``original`` (the train step), so an impossible budget is refused before
+        the real trace runs the train step (Keras's state does not survive a trace aborted after it).
+
+        Raises:
+            BudgetError: even moving every candidate does not fit the budget (the message says what to try).
+        """
+        specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype) if isinstance(t, tf.Tensor) else t,
+                                      data)
+        probe = tf.function(original, autograph=False).get_concrete_function(specs).graph
+        try:
+            self.plan(probe.get_operations(), data, graph=probe)
+        except BudgetError as error:
+            raise BudgetError(f"LMS: {error}") from None
+
+    def plan(self, ops, data, graph=None, budget_fallback: bool = False) -> TracedPlan:
+        """Finds the candidates of a traced step (ops of ``graph`` from ``ops[0]`` on: its backward pass ordered
+        where that lowers the predicted peak) and makes the first plan, on the traced graph (``budget_fallback``:
+        where the budget is out of reach, the lowest peak with a note)."""
+        batch = self.batch_size(data)
+        candidates, notes = self.candidates(ops, batch)
+        notes = list(notes)
+        input_bytes = [static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
+        step = plain = TracedStep(ops, batch, self._elsewhere, input_bytes)
+        if graph is not None and batch is not None and self.order_backward:
+            step, candidates = self._order_backward(graph, ops, step, candidates)
+        if self.recompute == "only":
+            recomputable = _recompute.plan_recomputes(candidates, step.ops)
+            notes.append(f"recompute='only': {len(recomputable)} of {len(candidates)} candidates can be computed "
+                         "again from tensors the backward pass holds; the others stay on the device")
+            candidates = [item for item in candidates if item.tensor.name in recomputable]
+        notes += _messages.batch_notes(batch, self.stats.batch_size_source)
+        started = time.perf_counter()
+        try:
+            plan = self._probe_plan(candidates, step) if self._probes_first(graph) else \
+                self.search(candidates, step.predicted_transient_peak)
+        except BudgetError:  # the probe found it feasible; a retrace with other shapes may not be
+            if not budget_fallback:
+                raise
+            plan = self.search(candidates, step.predicted_transient_peak, budget=False)
+            notes.append("the budget is not reachable for one batch shape: the plan with the lowest "
+                         "predicted peak is used there")
+        self.stats.update(planning_s=time.perf_counter() - started)
+        return TracedPlan(candidates, notes, step, plain, input_bytes, plan)
+
+    def as_planned(self, graph, start: int, batch: int | None):
+        """A retrace of a step already planned at ``batch``: its ops and candidates, with the backward order as the
+        first trace's (``ordered``: the OrderedStep inserted, None where that trace was not ordered)."""
+        ops = graph.get_operations()[start:]
+        ordered = _ordering.ordered_step(graph, start, TracedStep(ops, batch, self._elsewhere), self._layer_of,
+                                         self.lb, self._elsewhere) if self.ordered.get(batch) else None
+        return (ops, self.candidates(ops, batch)[0], None) if ordered is None else \
+            (ordered.ops, ordered.candidates, ordered)
+
+    def _probes_first(self, graph) -> bool:
+        """Whether the first step will probe whatever a plan on the traced graph says: the lowest-peak rule (no
+        budget, no capacity), planned on the executed graphs. Then the traced graph is not searched."""
+        return (graph is not None and self.stats.records is None and self.budget_bytes is None
+                and self.stats.capacity_bytes is None and self.selection.n_tensors is PLANNED
+                and self.stats.batch_size is not None and self.recompute != "only")
+
+    def _probe_plan(self, candidates, step) -> Plan:
+        """The probe as a plan: every eligible candidate, its peak predicted on the traced graph (the lowest-peak
+        rule's plan is made on the graphs the probe executes)."""
+        eligible = tuple(self.selection.eligible(item.candidate for item in candidates))
+        by_tensor = {item.candidate.tensor: item for item in candidates}
+        persistent = self._persistent_bytes()
+        return Plan(eligible, Rule.LOWEST_PEAK,
+                    persistent + step.predicted_transient_peak([by_tensor[c.tensor] for c in eligible]),
+                    persistent + step.predicted_transient_peak([]), plans_tried=2)
+
+    def _order_backward(self, graph, ops, step, candidates):
+        """The step and candidates with the backward pass one layer's gradient at a time (ordering.py), where
+        that lowers the predicted peak with every eligible candidate swapped; else as they are."""
+        ordered = _ordering.ordered_if_lower(graph, len(graph.get_operations()) - len(ops), step, candidates,
+                                             self._layer_of, self.lb, self._elsewhere, self.selection)
+        self.ordered[step.batch_size] = ordered is not None
+        if self.stats.records is None:  # the stats are the first trace's
+            self.stats.ordered_layers = len(ordered.ordered.groups) if ordered is not None else 0
+        return (step, candidates) if ordered is None else (ordered.step, ordered.candidates)
+
+
+__all__ = ["TracePlanner", "TracedPlan"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .indexed import Node, Replay
+from .indexed import IndexedGraph, Node, Replay
 
 
 class NotALine(ValueError):
@@ -130,32 +130,63 @@ def _highest(slopes, values) -> tuple[tuple[int, int], ...]:
 def live_lines(first_batch: int, first: Replay, second_batch: int, second: Replay) -> LiveLines | None:
     """The lines through two explained replays (``explain=True``) of one graph at two batch sizes; None where the
     two walked different orders, or a step's bytes do not grow by a whole number of bytes per sample (not a
-    line through whole tensors)."""
-    import numpy as np
+    line through whole tensors).
 
+    Example:
+        >>> live_lines(8, Replay(80, "b", ["a", "b"], live_bytes=[40, 80]),
+        ...            16, Replay(160, "a", ["b", "a"], live_bytes=[80, 160])) is None  # another order
+        True
+    """
     if first.order != second.order or first.live_bytes is None or second.live_bytes is None:
         return None
-    if second_batch == first_batch:
-        return None
-    low = np.asarray(first.live_bytes, dtype=np.int64)
-    slopes = TwoBatches(first_batch, second_batch).slope(low, np.asarray(second.live_bytes, dtype=np.int64))
-    return None if slopes is None else LiveLines(first_batch, _highest(slopes, low))
+    return _through(first_batch, first.live_bytes, second_batch, second.live_bytes)
 
 
 def resized_lines(first_batch: int, replay: Replay, second_batch: int) -> LiveLines | None:
     """The lines through an explained replay at ``first_batch`` and its ``resized_live_bytes``, the same walk with
     the sizes at ``second_batch`` (``IndexedGraph.replay(..., resized=...)``): as :func:`live_lines` of two
-    replays, with one walk.
+    replays, with one walk. One walk has one order: that the replay at ``second_batch`` would walk the same one (its
+    order does not depend on sizes) is for the caller to have checked, on the two steps (:func:`lines_hold`).
 
     Example:
         >>> lines = resized_lines(8, Replay(80, "b", ["a", "b"], live_bytes=[40, 80], resized_live_bytes=[80, 160]), 16)
         >>> lines.peak_bytes(100)
         1000
     """
-    if replay.resized_live_bytes is None:
+    if replay.resized_live_bytes is None or replay.live_bytes is None:
         return None
-    return live_lines(first_batch, replay, second_batch, Replay(max(replay.resized_live_bytes, default=0), None,
-                                                                replay.order, live_bytes=replay.resized_live_bytes))
+    return _through(first_batch, replay.live_bytes, second_batch, replay.resized_live_bytes)
+
+
+def _through(first_batch: int, first_bytes: list[int], second_batch: int, second_bytes: list[int]) -> LiveLines | None:
+    """The lines through the live bytes of one walk at two batch sizes; None where one is not a whole-number line."""
+    import numpy as np
+
+    if second_batch == first_batch:
+        return None
+    low = np.asarray(first_bytes, dtype=np.int64)
+    slopes = TwoBatches(first_batch, second_batch).slope(low, np.asarray(second_bytes, dtype=np.int64))
+    return None if slopes is None else LiveLines(first_batch, _highest(slopes, low))
+
+
+def lines_hold(first_batch: int, first: IndexedGraph, second_batch: int, second: IndexedGraph) -> set[int] | None:
+    """Whether the lines of one graph's replays at two batch sizes say what a replay at any other does: the same
+    nodes, walked in the same execution order at both sizes (the order must not depend on sizes: a scheduler that
+    weighed tensor sizes would break it), and no in-place choice that differs between them. The batch sizes where
+    an in-place choice could still differ (:func:`size_coincidences`: there the caller replays), or None where the
+    lines say nothing of other batch sizes.
+
+    Example:
+        >>> nodes = lambda batch, first: [Node("a", (batch,), priority=0 if first else 1),
+        ...                               Node("b", (2 * batch,), priority=1 if first else 0)]
+        >>> lines_hold(8, IndexedGraph(nodes(8, True)), 16, IndexedGraph(nodes(16, True)))
+        set()
+        >>> lines_hold(8, IndexedGraph(nodes(8, True)), 16, IndexedGraph(nodes(16, False))) is None  # orders differ
+        True
+    """
+    if first.order() != second.order():
+        return None
+    return size_coincidences(first_batch, first.nodes, second_batch, second.nodes)
 
 
 def size_coincidences(first_batch: int, first: list[Node], second_batch: int, second: list[Node]) -> set[int] | None:
@@ -197,4 +228,4 @@ def size_coincidences(first_batch: int, first: list[Node], second_batch: int, se
     return batches
 
 
-__all__ = ["LiveLines", "NotALine", "TwoBatches", "live_lines", "resized_lines", "size_coincidences"]
+__all__ = ["LiveLines", "NotALine", "TwoBatches", "lines_hold", "live_lines", "resized_lines", "size_coincidences"]

@@ -28,14 +28,14 @@ import time
 import tensorflow as tf
 
 from ... import internals
-from ..core.batch_lines import resized_lines, size_coincidences
+from ..core.batch_lines import lines_hold, resized_lines
 from ..core.plan import Selection
 from ..core.prediction import Prediction, PrefixPredictions
 from ..options import compiled_model, whole_number
 from . import ordering
 from .lean import LeanOps
 from ..persistent import persistent_tensors
-from .rescale import Rescaled, dims_at, dims_scaled, fixed_dims, prime_batch, suits
+from .rescale import Rescaled, described_by_keras, dims_at, dims_scaled, fixed_dims, prime_batch, suits, unseen_dims
 from .traced import TracedStep
 from .recompute import plan_recomputes
 from .rewrite import find_candidates, layer_resolver, resized
@@ -100,6 +100,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
         self.model, self.sample = model, sample
         self.trace_s: float | None = None  # the last trace's seconds
         self._fixed: set[int] | None = None  # the model's dimensions that are not the batch (_fixed_dims)
+        self._importable = True  # whether a batch size may be sized by the import (False: the model's dims unknown)
         self._layer_of = layer_resolver(model)
         self.order_backward, self.lean_ops = order_backward, lean_ops
         self._steps: dict[int, TracedStep] = {}  # the step LMS plans on (ordered where that is lower)
@@ -170,7 +171,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
                 return
         if len(self._traced) == 1:
             first = self._plain[self._traced[0]]
-            if suits(first.batch_size, self._fixed_dims()):
+            if suits(first.batch_size, self._fixed_dims()) and self._importable:
                 dims = self._scaled_as_without_lean(first, batch_size) or \
                     dims_at(first.ops[0].graph, first.batch_size, batch_size)
                 if dims is not None:  # the first trace's ops, sized at this batch by shape inference
@@ -196,6 +197,9 @@ class TensorFlowStepPredictor(PrefixPredictions):
                 traced._steps, traced._plain, traced._orders, traced._traced
         if self.lean_ops:
             self._without_lean = made.get((False, self.order_backward, self.recompute))
+        known = next((other for other in made.values() if other._fixed is not None), None)
+        if known is not None:  # the same model's dimensions: its forward traced once
+            self._fixed, self._importable = known._fixed, known._importable
 
     def _scaled_as_without_lean(self, first: TracedStep, batch_size: int) -> dict | None:
         """The dimensions at ``batch_size`` by ``rescale.scaled`` alone, where the step without ``lean_ops``,
@@ -209,10 +213,15 @@ class TensorFlowStepPredictor(PrefixPredictions):
         return dims_scaled(first.ops[0].graph, first.batch_size, batch_size)
 
     def _fixed_dims(self) -> set[int]:
-        """The model's dimensions that are not the batch (``rescale.fixed_dims``)."""
+        """The model's dimensions that are not the batch (``rescale.fixed_dims``), with, where its code is not all
+        Keras's own (``rescale.described_by_keras``), every dimension its forward pass fixes at an unknown batch
+        (``rescale.unseen_dims``). Where that forward cannot be traced, its dimensions are unknown, and no batch
+        size is imported (``_importable``): the second is traced."""
         if self._fixed is None:
-            self._fixed = fixed_dims(self.model, [tf.convert_to_tensor(value).shape.as_list()[1:]
-                                                  for value in tf.nest.flatten(tuple(self.sample))])
+            fixed = fixed_dims(self.model, [tf.convert_to_tensor(value).shape.as_list()[1:]
+                                            for value in tf.nest.flatten(tuple(self.sample))])
+            unseen = set() if described_by_keras(self.model) else unseen_dims(self.model, self.sample)
+            self._fixed, self._importable = fixed | (unseen or set()), unseen is not None
         return self._fixed
 
     def _trace(self, batch_size: int) -> None:
@@ -251,9 +260,8 @@ class TensorFlowStepPredictor(PrefixPredictions):
             rescaled = Rescaled(first.batch_size, first.batch_size, *self._source[1]) if same else None
             if same and all(rescaled.linear(name, dims) for _, outputs in first._output_table()
                             for name, dims, _ in outputs if dims is not None):
-                # None where an in-place choice differed between the two traces: then no lines
-                self._coincidences = size_coincidences(first.batch_size, first.nodes(), self._traced[1],
-                                                       second.nodes())
+                # None where the two steps walk in other orders, or an in-place choice differed: then no lines
+                self._coincidences = lines_hold(first.batch_size, first.indexed(), self._traced[1], second.indexed())
         return self._source or None
 
     def _live_lines(self, lb: int, batch_size: int, count: int):

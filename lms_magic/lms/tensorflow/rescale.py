@@ -166,6 +166,59 @@ def fixed_dims(model, shapes: Iterable = ()) -> set[int]:
     return dims - {0}
 
 
+def described_by_keras(model) -> bool:
+    """Whether every dimension of ``model``'s step is one Keras knows of: the model and each of its layers is one
+    of Keras's own classes, so each constant in the step is a variable's or a layer output's dimension
+    (:func:`fixed_dims`), or the batch. A subclassed model, a custom layer, a ``Lambda`` or a KerasHub backbone may
+    hold others inside its ``call``.
+
+    Example:
+        >>> import keras
+        >>> described_by_keras(keras.Sequential([keras.Input((6,)), keras.layers.Dense(5)]))
+        True
+        >>> described_by_keras(keras.Sequential([keras.Input((6,)), keras.layers.Lambda(lambda x: x * 2)]))
+        False
+    """
+    from ... import internals
+
+    def keras_own(layer) -> bool:
+        return type(layer).__module__.startswith("keras.") and type(layer).__name__ != "Lambda"
+
+    return keras_own(model) and all(keras_own(layer) for layer in internals.layers_of(model))
+
+
+def unseen_dims(model, sample) -> set[int] | None:
+    """Every dimension ``model``'s forward pass fixes: each static dimension of its tensors when traced at an unknown
+    batch (a constant inside a ``call``, such as a tile's count or a reshape's target, shows there; the batch does
+    not). None where the forward cannot be traced so.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> class Tiled(keras.Model):
+        ...     def call(self, x):
+        ...         return keras.ops.mean(keras.ops.reshape(keras.ops.tile(x, (1, 67)), (-1, 67, 3)), axis=1)
+        >>> 67 in unseen_dims(Tiled(), (np.zeros((2, 3), "float32"),))
+        True
+    """
+    import tensorflow as tf
+
+    def spec(value):
+        tensor = tf.convert_to_tensor(value)
+        return tf.TensorSpec([None] + tensor.shape.as_list()[1:], tensor.dtype)
+
+    def forward(inputs):
+        with tf.name_scope("forward"):  # the model's own scope below a root one, as in the train step
+            return model(inputs, training=True)
+
+    try:
+        graph = tf.function(forward, autograph=False).get_concrete_function(
+            tf.nest.map_structure(spec, tuple(sample)[0])).graph
+    except Exception:  # a model that cannot run at an unknown batch: its dimensions are not known
+        return None
+    return {int(dim) for op in graph.get_operations() for tensor in op.outputs if tensor.shape.rank
+            for dim in tensor.shape.as_list() if dim}
+
+
 def prime_batch(batch: int, fixed_dims: Iterable[int]) -> int:
     """The smallest batch size from ``batch`` up that :func:`suits`."""
     fixed = {int(dim) for dim in fixed_dims if dim}

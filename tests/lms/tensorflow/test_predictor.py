@@ -128,3 +128,58 @@ def test_every_way_of_training_answers_the_step_predictor_protocol(devices):
                                                         host_device=DEVICES.host))
     for way in ((False, False, False), (True, False, False), (False, True, False), (False, False, "only")):
         assert isinstance(predictors.get(*way), StepPredictor), way
+
+
+class _Tiled(keras.Model):
+    """A subclassed model with a constant inside its call (67 copies of a layer's output) that no variable or layer
+    output shows: the prime a model of these variables would be traced at from 64."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner, self.head = keras.layers.Dense(8), keras.layers.Dense(10)
+
+    def call(self, x):
+        wide = keras.ops.tile(self.inner(x), (1, 67))  # (batch, 67 * 8)
+        return self.head(keras.ops.mean(keras.ops.reshape(wide, (-1, 67, 8)), axis=1))
+
+
+class _HalfBatch(keras.Model):
+    """A subclassed model whose call needs the batch as a number (it cannot run at an unknown batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = keras.layers.Dense(10)
+
+    def call(self, x):
+        return self.head(keras.ops.reshape(x, (x.shape[0], 2, -1))[:, 0])
+
+
+def _subclassed(model_class, features):
+    model = model_class()
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    sample = (np.zeros((2, features), "float32"), np.zeros(2, "int32"))
+    model(sample[0])
+    return [TensorFlowStepPredictor(model, sample, Selection(min_bytes=0), DEVICES.host, rescale_batches=read)
+            for read in (False, True)], model, sample
+
+
+def test_a_constant_inside_a_call_that_is_the_prime_does_not_size_the_step_wrong(devices):
+    """The rule the import rests on: a trace at a prime batch holds the batch in every integer that is a multiple of
+    it. A constant inside a subclassed model's call can be one (67, the prime from 64 for these variables): the
+    forward pass traced at an unknown batch shows it, and the trace avoids that prime."""
+    from lms_magic.lms.tensorflow.rescale import fixed_dims, prime_batch
+
+    (exact, read_off), model, sample = _subclassed(_Tiled, 4)
+    assert prime_batch(64, fixed_dims(model, [(4,)])) == 67  # what the variables alone would pick
+    for batch in (64, 100, 7):
+        assert_same_predictions(exact, read_off, batch)
+    assert read_off.traced_batches[0] != 67 and read_off.step_source(64) == "shape inference"
+
+
+def test_a_model_that_cannot_run_at_an_unknown_batch_is_traced_not_sized_by_the_import(devices):
+    """Where the forward pass cannot be traced at an unknown batch, the model's dimensions are not known: the batch
+    asked for is traced, not imported."""
+    (exact, read_off), _, _ = _subclassed(_HalfBatch, 6)
+    for batch in (64, 100):
+        assert_same_predictions(exact, read_off, batch)
+    assert read_off.step_source(64) == "traced" and len(read_off.traced_batches) == 2

@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test test-all test-oldest test-colab wheel demo bench clean
+.PHONY: install browser test test-release test-all test-oldest test-colab wheel demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,11 +42,14 @@ test: $(STAMP) browser
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
 # Before a release: make test's tests and the `release` ones too: the full-size keras.applications models with both
-# optimizers, all 60 seeded fault cases, the 120-call soak.
-test-all: $(STAMP) browser
+# optimizers, all 60 seeded fault cases, the 120-call soak, the checks of explain_fit's shortcuts on full models
+# against their own traces, the replay against the allocator's peak. (test-all: its old name.)
+test-release: $(STAMP) browser
 	LMS_SOAK_CALLS=120 $(BIN)/python -m pytest $(PARALLEL) --durations=10 -m "release or not release" $(OTHER_BACKENDS)
 	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings -m "release or not release"
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
+
+test-all: test-release
 
 # What depends on the TensorFlow / Keras version (the rewrite, the backend, the callback, the magics, one real
 # model), run again by test-oldest and test-colab; the pure modules and the rest run once, in make test.
@@ -94,15 +97,10 @@ wheel: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python notebooks/run_demo.py --out build --param N_ROWS=20_000 --param IMAGE_SIZE=128
 
+# The benchmark suite (benchmarks/run.py: the registry, one table in benchmarks/results/bench-DATE.md);
+# `make bench NAME=explain_speed` runs one, `NAME="a b"` several; `benchmarks/run.py --list` names them.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/load_time.py
-	$(BIN)/python benchmarks/sampler_overhead.py
-	$(BIN)/python benchmarks/lms_predict.py
-	$(BIN)/python benchmarks/lms_fit_overhead.py
-	$(BIN)/python benchmarks/lms_tune.py
-	$(BIN)/python benchmarks/dashboard_draw.py
-	$(BIN)/python benchmarks/lms_soak.py
-	$(BIN)/python benchmarks/lms_interrupts.py
+	$(BIN)/python benchmarks/run.py $(NAME)
 
 clean:
 	rm -rf build .pytest_cache

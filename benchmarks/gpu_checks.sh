@@ -10,6 +10,7 @@
 # (issue 36); 4. LMS's JAX step with nothing moved against the plain step, as XLA compiles them under the cap.
 # PyTorch's largest batch was checked on 2026-11-26 (gpu-2026-11-26b).
 OUT=${OUT:-/tmp/gpu_checks}; mkdir -p $OUT
+cp "$0" $OUT/command.sh  # the raw output keeps the command it ran beside it
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > $OUT/install.log 2>&1 || { tail -5 $OUT/install.log; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
@@ -20,17 +21,17 @@ KERAS_BACKEND=torch timeout 50 python3 -m pytest -o addopts="" -q -W ignore -p n
     tests/test_gpu.py tests/lms/torch/test_backend.py > $OUT/1-gpu-tests.log 2>&1
 grep -E "^E  |passed|failed" $OUT/1-gpu-tests.log | head -12
 GPT2="--backend jax --model gpt2 --size 2048 --layers 16 --batch 12"
-KERAS_BACKEND=jax timeout 210 python3 benchmarks/gpu_explain_check.py $GPT2 --lms-only --trial-timeout-s 200 \
+KERAS_BACKEND=jax timeout 210 python3 benchmarks/gpu/explain_check.py $GPT2 --lms-only --trial-timeout-s 200 \
     > $OUT/2-gpt2-jax-lms.log 2>&1
 grep -E "trial|done|GPT" $OUT/2-gpt2-jax-lms.log | cut -c1-3000
-KERAS_BACKEND=jax timeout 70 python3 benchmarks/gpu_explain_check.py $GPT2 --plain-only --trial-timeout-s 65 \
+KERAS_BACKEND=jax timeout 70 python3 benchmarks/gpu/explain_check.py $GPT2 --plain-only --trial-timeout-s 65 \
     > $OUT/3-gpt2-jax-plain.log 2>&1
 grep -E "trial|done|GPT" $OUT/3-gpt2-jax-plain.log | cut -c1-1000
-KERAS_BACKEND=jax timeout 190 python3 benchmarks/gpu_explain_check.py --backend jax --batch 384 \
+KERAS_BACKEND=jax timeout 190 python3 benchmarks/gpu/explain_check.py --backend jax --batch 384 \
     --account-timeout-s 130 --trial-timeout-s 30 > $OUT/4-resnet50-jax.log 2>&1
 grep -E "trial|done|ResNet|largest|step needs|predicted" $OUT/4-resnet50-jax.log | cut -c1-400
 # LMS's step with nothing moved (every name saved, the rest computed again) against the plain step, compiled under
 # the same cap: what LMS's checkpoint costs on a GPU
 XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "import pynvml as n; n.nvmlInit(); print(f'{16 * 2**30 / n.nvmlDeviceGetMemoryInfo(n.nvmlDeviceGetHandleByIndex(0)).total:.4f}')") \
-    KERAS_BACKEND=jax timeout 45 python3 benchmarks/jax_compiled_check.py --size 224 242 > $OUT/5-compiled.log 2>&1
+    KERAS_BACKEND=jax timeout 45 python3 benchmarks/gpu/jax_compiled_check.py --size 224 242 > $OUT/5-compiled.log 2>&1
 grep batch $OUT/5-compiled.log | cut -c1-300

@@ -20,6 +20,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from common import CODE, report, runs_figure  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,7 +31,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    sys.path.insert(0, str(CODE))
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -72,6 +74,7 @@ def main() -> None:
 
     print(f"TensorFlow {tf.__version__}, {args.size}x{args.size}, batch {args.batch}, SGD with momentum, the default "
           f"plan, CPU split in two, fits of {args.steps} steps; seconds")
+    firsts, agains = [], []  # LMS's extra time over a plain first step: a first fit, a second fit of the same model
     for name in args.models:
         timed(model_of(name), 1, False)  # warm-up: TensorFlow's own first-use costs
         for repeat in range(args.repeats):
@@ -84,6 +87,8 @@ def main() -> None:
             again_lms, again = timed(lms_model, args.steps, True)
             stats, reused = callback.stats, again.stats
             extra, again_extra = lms - plain, again_lms - again_plain
+            firsts.append(extra / first)
+            agains.append(again_extra / first)
             print(f"  {name} #{repeat + 1}: plain first step {first:.1f}; {args.steps} steps plain {plain:.1f}, LMS {lms:.1f} "
                   f"({stats.swapped_tensors} of {stats.candidates} swapped, rewrite {stats.rewrite_s or 0:.1f}, "
                   f"planning {stats.planning_s or 0:.1f}): extra {extra:.1f} = {extra / first:.2f}x the first step; "
@@ -91,6 +96,11 @@ def main() -> None:
                   f"again: plain {again_plain:.1f}, LMS {again_lms:.1f} "
                   f"({'plan reused' if any('earlier fit' in n for n in reused.notes) else 'planned again'}): "
                   f"extra {again_extra:.1f} = {again_extra / first:.2f}x", flush=True)
+    models = ", ".join(args.models)
+    report([runs_figure(f"a first fit with LMS where something moves ({models}, {args.size}x{args.size}, "
+                        f"{args.steps} steps): extra time over a plain first step", firsts, "x", goal="<= 1"),
+            runs_figure(f"a second fit of the same model with LMS (the plan reused; {models}): extra time over a plain "
+                        "first step", agains, "x")])
 
 
 if __name__ == "__main__":

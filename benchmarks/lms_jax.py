@@ -15,7 +15,10 @@ import os
 import sys
 
 os.environ["KERAS_BACKEND"] = "jax"
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from common import CODE, Figure, report  # noqa: E402
+
+sys.path.insert(0, str(CODE))
 
 import jax  # noqa: E402
 import keras  # noqa: E402
@@ -39,6 +42,7 @@ def mobilenet_v2():
 def main():
     print(f"Keras {keras.__version__}, JAX {jax.__version__} on {jax.devices()[0].platform}; memories "
           f"{[m.kind for m in jax.devices()[0].addressable_memories()]}")
+    figures = []
     for build, size in ((cnn, 16), (residual_bn_dropout, 16), (transformer, 16), (mobilenet_v2, 32)):
         data = images(size=size)
         _, plain = train(build, data)
@@ -55,6 +59,12 @@ def main():
                   f"peak {stats.device_peak_bytes / MIB:.2f} MiB against {stats.device_peak_bytes_without_lms / MIB:.2f}"
                   f" MiB without ({stats.device_peak_bytes / stats.device_peak_bytes_without_lms - 1:+.1%}); losses "
                   f"{'identical' if history['loss'] == plain['loss'] else f'{gap:.1e} apart (relative, largest)'}")
+            what = f"JAX, {build.__name__} {size}x{size} batch 16, {label}"
+            figures += [Figure(f"{what}: predicted peak over without LMS", "one fit",
+                               round(stats.device_peak_bytes / stats.device_peak_bytes_without_lms, 3), "x"),
+                        Figure(f"{what}: largest relative gap of the losses from plain's", "one fit", float(f"{gap:.1e}"),
+                               "")]
+    report(figures)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, child_env, report, runs_figure
 
 
 def run_side(side: str, calls: int) -> dict:
@@ -74,7 +74,7 @@ def run_side(side: str, calls: int) -> dict:
 def measure(side: str, calls: int) -> dict:
     """Runs one side in a fresh interpreter."""
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--side", side, "--calls", str(calls)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=child_env())
     if done.returncode != 0:
         raise RuntimeError(f"the {side} side failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,6 +97,8 @@ def main() -> None:
               f"MiB over {args.calls} plain calls; without: +{plain['rss_growth_bytes'] / 2**20:.1f} MiB")
     print(f"LMS side minus plain side: median {statistics.median(excess):+.1f} MiB, range "
           f"{min(excess):+.1f} to {max(excess):+.1f} over {args.pairs} pairs (goal <= +10 MiB)")
+    report([runs_figure(f"resident memory growth over {args.calls} plain fit/predict/evaluate calls after an LMS fit, "
+                        "less without one", excess, "MiB", goal="<= +10 MiB")])
 
 
 if __name__ == "__main__":

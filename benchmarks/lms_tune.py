@@ -26,11 +26,13 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from common import Figure, report  # noqa: E402
 from lms_magic.lms.core.search import Setting, grid_search  # noqa: E402
 from lms_magic.tuning.session import TuningSession  # noqa: E402
 from lms_magic.ui.tuner import Tuner  # noqa: E402
 
 MIB = 2**20
+FIGURES: list[Figure] = []
 
 
 def slider_response():
@@ -56,6 +58,9 @@ def slider_response():
         print(f"slider response ({what}), {len(times)} moves of n_tensors over {count} candidates at batch 64: "
               f"median {1e3 * statistics.median(times):.0f} ms, p95 {1e3 * p95:.0f} ms, max {1e3 * max(times):.0f} ms "
               "(goal: p95 < 100 ms)")
+        FIGURES.append(Figure(f"%lms_tune slider response, ResNet-50 224x224 at batch 64 ({what})",
+                              f"p95 of {len(times)} moves", round(1e3 * p95, 1), "ms", round(1e3 * min(times), 1),
+                              round(1e3 * max(times), 1), "min-max", "p95 < 100 ms"))
     for count_value in (0, count // 2, count):
         e = session.estimate(Setting(int(count_value), 1, 64))
         print(f"  n_tensors={count_value}: predicted peak {e.peak_bytes / MIB:.0f} MiB, "
@@ -104,6 +109,10 @@ def autotune_against_grid(name, build):
           f"{len(n_values) * len(lb_values)} trials, best {grid.best.setting} at {1e3 * grid.best.step_s:.1f} ms; "
           f"autotune {found.measured_trials} trials, best {found.best.setting} at {1e3 * found.best.step_s:.1f} ms "
           f"({found.best.step_s / grid.best.step_s:.3f} of the grid's best; {found.stopped_by})")
+    FIGURES.append(Figure(f"autotune, {name}: measured trials against a grid of {len(n_values) * len(lb_values)}",
+                          "one search", found.measured_trials, "trials"))
+    FIGURES.append(Figure(f"autotune, {name}: its best step time over the grid's best", "one search",
+                          round(found.best.step_s / grid.best.step_s, 3), "x"))
 
 
 def main():
@@ -113,10 +122,10 @@ def main():
     args = parser.parse_args()
     if not args.skip_resnet:
         slider_response()
-    if args.resnet_only:
-        return
-    autotune_against_grid("12-conv CNN 32x32", small_cnn)
-    autotune_against_grid("residual CNN + BatchNorm 32x32", residual)
+    if not args.resnet_only:
+        autotune_against_grid("12-conv CNN 32x32", small_cnn)
+        autotune_against_grid("residual CNN + BatchNorm 32x32", residual)
+    report(FIGURES)
 
 
 if __name__ == "__main__":

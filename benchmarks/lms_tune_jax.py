@@ -5,12 +5,11 @@ Prints:
     slider move takes to answer (one replay of the jaxpr, memoised; and with both figures redrawn), median
     and p95 over 23 moves of n_tensors to settings not seen yet, then over the same moves again (goal, as
     on TensorFlow: p95 < 100 ms);
-  - the replay's peak without LMS beside XLA's own figure for the compiled loss-and-gradient step on this
-    CPU (``memory_analysis()``: arguments, outputs and temporaries), at batch 8 and 32;
-  - the largest batch (multiples of 8) whose predicted peak is within 16 GiB, without LMS and with every
-    candidate offloaded (predictions of the jaxpr replay: no GPU has run them).
+  - the replay's peak without LMS over XLA's own figure for the compiled step on this CPU (the predictor's
+    ``plain_peak_bytes``: ``memory_analysis()``'s arguments, outputs and temporaries, and the optimizer state), at
+    batch 8 and 32.
 
-    KERAS_BACKEND=jax python benchmarks/lms_tune_jax.py [--skip-largest]
+    KERAS_BACKEND=jax python benchmarks/lms_tune_jax.py
 """
 
 from __future__ import annotations
@@ -26,12 +25,13 @@ import jax  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from common import Figure, report  # noqa: E402
 from lms_magic.lms.core.search import Setting  # noqa: E402
-from lms_magic.lms.jax.residuals import differentiated, named_residuals  # noqa: E402
 from lms_magic.tuning.session import TuningSession  # noqa: E402
 from lms_magic.ui.tuner import Tuner  # noqa: E402
 
 MIB, GIB = 2**20, 2**30
+FIGURES: list[Figure] = []
 
 
 def resnet50():
@@ -55,52 +55,26 @@ def slider_response(session):
             print(f"slider response, {visit}, {what}: {len(times)} moves of n_tensors over {count} candidates at "
                   f"batch 64: median {1e3 * statistics.median(times):.0f} ms, p95 {1e3 * p95:.0f} ms, "
                   f"max {1e3 * max(times):.0f} ms")
+            if visit.startswith("first"):
+                FIGURES.append(Figure(f"%lms_tune slider response on JAX, ResNet-50 224x224 at batch 64 ({what}, a "
+                                      "replay each)", f"p95 of {len(times)} moves", round(1e3 * p95, 1), "ms",
+                                      round(1e3 * min(times), 1), round(1e3 * max(times), 1), "min-max",
+                                      "p95 < 100 ms"))
 
 
-def against_xla(session, batch_size: int):
+def against_xla(session, batch_size: int) -> Figure:
+    """The replay's peak without LMS over XLA's own figure for the compiled step (``plain_peak_bytes``: the loss and
+    gradient compiled for this device, and the optimizer state), both with the weights and optimizer state."""
     predictor = session.predictor
-    plain = predictor.predict(0, 1, batch_size)
-    inner, args = predictor._inner_and_args(batch_size)
-    function, specs = differentiated(named_residuals(inner), args)
-    started = time.perf_counter()
-    analysis = jax.jit(function).lower(*specs).compile().memory_analysis()
-    xla = analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes \
-        - analysis.alias_size_in_bytes
-    # the loss and gradient read no optimizer variable (jit drops unused arguments): the replay's figure without them
-    optimizer_bytes = sum(t.nbytes for t in predictor._persistent if t.kind == "optimizer_state")
-    comparable = plain.peak_bytes - optimizer_bytes
-    print(f"batch {batch_size}, without LMS: the replay predicts {plain.peak_bytes / MIB:.1f} MiB, "
-          f"{comparable / MIB:.1f} MiB without the optimizer state ({optimizer_bytes / MIB:.1f} MiB); XLA's compiled "
-          f"loss-and-gradient step ({time.perf_counter() - started:.0f} s to compile) holds arguments "
-          f"{analysis.argument_size_in_bytes / MIB:.1f} + outputs {analysis.output_size_in_bytes / MIB:.1f} + "
-          f"temporaries {analysis.temp_size_in_bytes / MIB:.1f} MiB = {xla / MIB:.1f} MiB; replay / XLA "
-          f"{comparable / xla:.2f}")
-
-
-def largest_batch(session, budget_bytes: int):
-    predictor = session.predictor
-
-    def fits(batch_size: int, count: int) -> bool:
-        started = time.perf_counter()
-        peak = predictor.predict(count, 1, batch_size).peak_bytes
-        print(f"  batch {batch_size}, {'every output offloaded' if count else 'without LMS'}: "
-              f"{peak / GIB:.2f} GiB ({time.perf_counter() - started:.0f} s)", flush=True)
-        return peak <= budget_bytes
-
-    for label, count in (("without LMS", 0), ("every candidate offloaded", -1)):
-        low, high = 8, 16
-        while fits(high, count):
-            low, high = high, high * 2
-        while high - low > 8:
-            middle = (low + high) // 16 * 8
-            low, high = (middle, high) if fits(middle, count) else (low, middle)
-        print(f"largest batch within {budget_bytes / GIB:.0f} GiB, {label}: {low} (predicted)")
+    replay, xla = predictor.predict(0, 1, batch_size).peak_bytes, predictor.plain_peak_bytes(batch_size)
+    print(f"batch {batch_size}, without LMS: the replay predicts {replay / MIB:.1f} MiB, XLA's compiled figure "
+          f"{xla / MIB:.1f} MiB: {replay / xla:.2f}", flush=True)
+    return Figure(f"JAX, ResNet-50 224x224 at batch {batch_size}: the jaxpr replay's peak without LMS over XLA's "
+                  "compiled figure (this CPU)", "one compile", round(replay / xla, 3), "x")
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--skip-largest", action="store_true")
-    args = parser.parse_args()
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     print(f"Keras {keras.__version__}, JAX {jax.__version__} on {jax.devices()[0].platform}")
     model = resnet50()
     data = (np.zeros((2, 224, 224, 3), "float32"), np.zeros((2,), "int64"))
@@ -112,10 +86,7 @@ def main():
           f"{first.peak_bytes / MIB:.0f} MiB with every candidate offloaded "
           f"({first.swapped_bytes_per_step / MIB:.0f} MiB out per step)")
     slider_response(session)
-    for batch_size in (8, 32):
-        against_xla(session, batch_size)
-    if not args.skip_largest:
-        largest_batch(session, 16 * GIB)
+    report(FIGURES + [against_xla(session, batch_size) for batch_size in (8, 32)])
 
 
 if __name__ == "__main__":

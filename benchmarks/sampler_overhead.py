@@ -9,13 +9,15 @@ measured directly: at 100 samples/s it bounds the sampler's own CPU share.
 """
 
 import os
-import random
 import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from common import Figure, bootstrap_median_interval, ratio_figure, report  # noqa: E402
 from lms_magic import profile_memory  # noqa: E402
+
+FIGURES: list[Figure] = []
 
 
 def cpu_loop():
@@ -66,17 +68,11 @@ def compare(name, work, rounds):
         ratios.append(profiled_s / plain_s)
     low, high = bootstrap_median_interval(ratios)
     spread = statistics.stdev(ratios)
+    FIGURES.append(ratio_figure(f"profile_memory at 10 ms sampling over none: {name}", ratios, "<= 1.01"))
     needed = int((1.96 * spread / 0.005) ** 2) + 1  # pairs for a +-0.005 interval on the mean ratio
     print(f"{name:<24} plain {statistics.median(plain):6.3f} s  profiled {statistics.median(profiled):6.3f} s  "
           f"ratio median {statistics.median(ratios):.4f} (95% interval {low:.4f}-{high:.4f}, {rounds} pairs; "
           f"+-0.005 would need about {needed} pairs at this spread)")
-
-
-def bootstrap_median_interval(values, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """A 95% bootstrap interval of the median of ``values``."""
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws)]
 
 
 def sample_cost_us(samples: int = 20_000) -> float:
@@ -98,6 +94,8 @@ def main():
     print("workload, 10 ms sampling; goal: median ratio <= 1.01")
     compare("CPU-bound Python loop", cpu_loop, rounds=100)
     compare("Keras fit (5k rows)", make_keras_fit(), rounds=100)
+    report(FIGURES + [Figure("one sample of the profiler (RSS and bookkeeping, no GPU)", "20,000 samples",
+                             round(cost, 1), "us")])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Markers:
     gpu: needs an NVIDIA GPU (skipped without one).
     release: the full real-model matrix (full-size keras.applications models, both optimizers, every
-        fault case); deselected by ``make test``, run by ``make test-all`` before a release.
+        fault case); deselected by ``make test``, run by ``make test-release`` before a release.
 """
 
 from __future__ import annotations

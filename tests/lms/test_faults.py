@@ -28,7 +28,7 @@ from tests.conftest import DEVICES
 from tests.models import SmallCnn
 
 SEED = 20261122
-CASES = int(os.environ.get("LMS_FAULT_CASES", "60"))  # benchmarks/lms_interrupts.py runs 200
+CASES = int(os.environ.get("LMS_FAULT_CASES", "60"))  # LMS_FAULT_CASES=200 runs more
 STEPS = 4  # batches of 16 from 64 images
 ACCELERATOR, HOST = DEVICES.accelerator, DEVICES.host
 POINTS = ("data", "batch_begin", "batch_end", "epoch_end", "trace", "step", "summary", "oom")
@@ -220,7 +220,7 @@ def run_cases(cases, shell, lms_steps, monkeypatch):
 
 
 def quick_cases() -> list:
-    """The first case at each fault point, in the seeded order (make test); make test-all runs the others too."""
+    """The first case at each fault point, in the seeded order (make test); make test-release runs the others too."""
     first: dict = {}
     for case in case_list():
         first.setdefault(case[2], case)

@@ -19,11 +19,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODELS = ("reference cnn", "residual", "subclassed")
+MODELS = ("reference cnn", "residual", "subclassed")  # and "NAME:SIZE:BATCH" for keras.applications' NAME
+
+
+def application(spec: str):
+    """keras.applications' model of ``spec`` ("ResNet50:128:16": name, image size, batch), 10 classes, SGD with
+    momentum, seed 5, and two batches of random images: the model, its data and the batch size."""
+    import keras
+    import numpy as np
+
+    name, size, batch = spec.split(":")
+    size, batch = int(size), int(batch)
+    keras.utils.set_random_seed(5)
+    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
+                                              classifier_activation=None)
+    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    return model, (rng.random((2 * batch, size, size, 3), dtype="float32"), rng.integers(0, 10, 2 * batch)), batch
 
 
 def measure(name: str) -> int:
-    """Starts a fresh interpreter that measures model ``name`` (one of MODELS)."""
+    """Starts a fresh interpreter that measures model ``name`` (one of MODELS, or a keras.applications spec)."""
     root = Path(__file__).resolve().parents[3]
     done = subprocess.run([sys.executable, "-m", "tests.lms.tensorflow.fresh_peak", name], cwd=root, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
@@ -36,6 +52,9 @@ def _measure_here(name: str) -> int:
     from tests.conftest import _split_tensorflow_cpu
 
     _split_tensorflow_cpu()  # two logical CPUs, one inter-op thread, as in the tests
+    if ":" in name:
+        model, (x, y), batch = application(name)
+        return plain_step_peak(model, x, y, batch)
     from tests import models
 
     build, (x, y) = {"reference cnn": (models.reference_cnn, models.images(64, 64)),

@@ -15,8 +15,7 @@ import os
 import sys
 
 # Each LMS plan as a user would ask for it; every tensor size eligible (at 32x32 and batch 4 most activations are
-# below the default 64 KiB floor). The hybrid plan's bit-identity is test_hybrid.py's, and the benchmark's
-# (benchmarks/lms_same_math.py).
+# below the default 64 KiB floor). The hybrid plan's bit-identity is test_hybrid.py's (and benchmarks/modes.py's).
 PLANS = {
     "swap every candidate": dict(n_tensors=-1),
     "recompute only": dict(n_tensors=-1, recompute="only"),

@@ -129,7 +129,7 @@ HYBRID_NOT_BIT_IDENTICAL = {"MobileNetV2": 1e-6}
 @pytest.mark.parametrize("name", ["DenseNet121", "ResNet50", "MobileNetV2", "EfficientNetB0"])
 def test_the_hybrid_plan_on_whole_applications_models_is_never_above_swaps_alone(name, devices):
     """64x64, batch 8, three steps, the default plan: the same tensors moved, fewer of them across the host link,
-    at no higher predicted peak (benchmarks/lms_hybrid.py: the same peak, 0.42-0.84 of the traffic)."""
+    at no higher predicted peak (benchmarks/modes.py --mode hybrid: the same peak, less traffic)."""
     from tests.lms.tensorflow.test_real_models import application
 
     case = Case(application(name, 64), "sgd", batch=8, steps=3)

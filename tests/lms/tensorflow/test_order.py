@@ -26,7 +26,7 @@ def fit(build, x, y, batch_size=8, **options):
     return record.losses, model.get_weights(), callback
 
 
-@pytest.mark.release  # make test-all: 26 s; make test orders the backward pass in the test below and in the magics'
+@pytest.mark.release  # make test-release: 26 s; make test orders the backward pass in the test below and in the magics'
 def test_resnet_blocks_train_bit_identically_one_layer_at_a_time_at_a_lower_predicted_peak(devices):
     rng = np.random.default_rng(0)
     x, y = rng.random((20, 32, 32, 3), dtype="float32"), rng.integers(0, 10, 20)
@@ -57,7 +57,7 @@ def test_resnet_blocks_train_bit_identically_one_layer_at_a_time_at_a_lower_pred
     assert "one layer at a time" not in unordered.summary()
 
 
-@pytest.mark.release  # make test-all: make test stays under 10 minutes
+@pytest.mark.release  # make test-release: make test stays under 10 minutes
 def test_where_the_order_lowers_nothing_tensorflow_keeps_its_own(devices):
     x, y = models.images(32, 32)
     losses, weights, callback = fit(models.reference_cnn_small, x, y, batch_size=16, n_tensors=-1, min_bytes=0,
@@ -68,7 +68,7 @@ def test_where_the_order_lowers_nothing_tensorflow_keeps_its_own(devices):
     assert losses == plain_losses
 
 
-@pytest.mark.release  # make test-all: make test stays under 10 minutes
+@pytest.mark.release  # make test-release: make test stays under 10 minutes
 def test_a_layer_called_twice_trains_as_without_the_order(devices):
     keras.utils.set_random_seed(3)
     inputs = keras.Input((16, 16, 3))

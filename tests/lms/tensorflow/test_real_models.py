@@ -1,6 +1,6 @@
 """LMS on architectures nobody in this project wrote, trained as a user would, on the two logical CPUs.
 
-``make test`` trains each architecture once (DenseNet in ``make test-all``), at the smallest size that still has
+``make test`` trains each architecture once (DenseNet in ``make test-release``), at the smallest size that still has
 its kind of layers, built by keras.applications' own builders (``keras.src.applications``: ResNet50's bottleneck blocks in
 three stages of one block, DenseNet121's dense blocks two deep, EfficientNetB0's first four stages of
 MBConv blocks, one block each) and a Transformer; 32x32 images (the smallest these models take), batch 4.
@@ -9,11 +9,11 @@ Which model shows what:
 - every one: the default plan is never predicted above no LMS, and its peak is explained (phase, op,
   bytes by kind adding up, the largest tensors); every candidate can be swapped. That the losses and weights
   are those of a plain fit, to the bit, test_same_math.py checks on the same cases (the Transformer in ``make
-  test``, the others in ``make test-all``), with TensorFlow made reproducible (two steps, so the optimizer's state
+  test``, the others in ``make test-release``), with TensorFlow made reproducible (two steps, so the optimizer's state
   is read back too);
 - SGD with momentum on ResNet and DenseNet, Adam on EfficientNet and the Transformer.
 
-``make test-all`` (marker ``release``) trains the full-size keras.applications models (MobileNetV2,
+``make test-release`` (marker ``release``) trains the full-size keras.applications models (MobileNetV2,
 ResNet50, DenseNet121, EfficientNetB0, MobileNetV3Small) and the Transformer, at 64x64, batch 8,
 three steps, with both optimizers.
 """
@@ -135,7 +135,7 @@ QUICK = [Case(reduced("resnet"), "sgd"), Case(reduced("densenet"), "sgd"), Case(
 FULL = [Case(application(name, 64), optimizer, batch=8, steps=3)
         for name in ("MobileNetV2", "ResNet50", "DenseNet121", "EfficientNetB0", "MobileNetV3Small")
         for optimizer in sorted(OPTIMIZERS)] + [Case(transformer(), optimizer, 8, 3) for optimizer in sorted(OPTIMIZERS)]
-# the reduced DenseNet's default plan is checked in make test-all: make test trains DenseNet's blocks in test_hybrid.py
+# the reduced DenseNet's default plan is checked in make test-release: make test trains DenseNet's blocks in test_hybrid.py
 # and test_recompute.py already, and this case was make test's slowest (54 s)
 CASES = [pytest.param(case, id=case.id, marks=[pytest.mark.release] if case.name == "densenet" else [])
          for case in QUICK] + \

@@ -5,7 +5,7 @@ amplifies rounding), so a comparison with one plain fit could pass or fail by ch
 process of its own (``same_math.py``) with oneDNN off and ``enable_op_determinism()`` on: two plain fits agree to
 the bit there, which the test checks first, and then every candidate swapped, and every recomputable one
 recomputed, must give the same per-step losses and final weights, to the bit. ``make test`` runs the Transformer;
-``make test-all`` the reduced architectures and the whole keras.applications models too, where recompute has
+``make test-release`` the reduced architectures and the whole keras.applications models too, where recompute has
 exceptions (docs/lms_modes.md, "Same math").
 
 """
@@ -29,7 +29,7 @@ RECOMPUTE_DIFFERS = {"ResNet50", "MobileNetV2", "MobileNetV3Small"}
 
 
 # make test: the Transformer (the GELU whose gradient Grappler regrouped around a swap; make test stays under 10
-# minutes); the reduced CNNs and the whole models in make test-all
+# minutes); the reduced CNNs and the whole models in make test-release
 IN_MAKE_TEST = {"transformer-adam"}
 
 

@@ -15,9 +15,9 @@ smaller card would be: PyTorch with ``set_per_process_memory_fraction``, JAX wit
 3. ``--model gpt2`` (KerasHub's GPT-2 from a config, ``--layers``, sequence ``--size``), instead of 2: the same
    batch with ``LMS()``: whether it trains, LMS's predicted peak with and without it, and the measured peak.
 
-    KERAS_BACKEND=torch python benchmarks/gpu_explain_check.py --backend torch --memory-gib 16 --batch 256
+    KERAS_BACKEND=torch python benchmarks/gpu/explain_check.py --backend torch --memory-gib 16 --batch 256
 
-    KERAS_BACKEND=jax python benchmarks/gpu_explain_check.py --backend jax --model gpt2 --size 2048 --batch 8
+    KERAS_BACKEND=jax python benchmarks/gpu/explain_check.py --backend jax --model gpt2 --size 2048 --batch 8
 
 --device cpu --size 32 --batch 8 runs the code paths on a CPU (nothing runs out of memory there).
 """

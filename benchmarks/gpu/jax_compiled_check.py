@@ -4,7 +4,7 @@ function the replay traces and LMS runs with nothing moved ("checkpointed": ``re
 computed again) and ``inner``'s own ``jax.value_and_grad`` (what ``lms/jax/compiled.py`` compiles). Compiles
 only: nothing is allocated for a step.
 
-    KERAS_BACKEND=jax python benchmarks/jax_compiled_check.py --size 224 120 242 384
+    KERAS_BACKEND=jax python benchmarks/gpu/jax_compiled_check.py --size 224 120 242 384
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, child_env, report, runs_figure
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/lms/tensorflow/test_soak.py loads this file by path
+from common import ROOT, child_env, report, runs_figure  # noqa: E402
 
 
 def run_side(side: str, calls: int) -> dict:

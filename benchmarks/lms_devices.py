@@ -54,8 +54,8 @@ def main() -> None:
     found = mirrored_fits()
     print("\nTensorFlow, MirroredStrategy over 2 simulated accelerators (bytes per device)")
     for label, peaks in (("n_tensors=-1", found["device_peaks"]), ("default plan", found["planned_peaks"])):
-        for device, figures in peaks.items():
-            print(f"{label:<14}{device:<8} predicted peak {figures['with_lms']:>9} with LMS, {figures['without_lms']:>9} without")
+        for device, peak in peaks.items():
+            print(f"{label:<14}{device:<8} predicted peak {peak['with_lms']:>9} with LMS, {peak['without_lms']:>9} without")
     print(f"swapped per device: {found['swapped']} of {found['candidates']}; losses identical: {found['same_loss']}, "
           f"weights identical: {found['same_weights']}")
     print(found["summary"].splitlines()[0])

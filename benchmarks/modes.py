@@ -3,8 +3,9 @@
 Each fit runs in a fresh process (TensorFlow's allocator counts whole chunks, so a peak depends on what earlier
 models left in it) on the two logical CPUs the tests use: /CPU:0 plays the accelerator, /CPU:1 the host, one
 inter-op thread as on a GPU stream. Measured per fit: the step's allocator peak on /CPU:0 over what was held before
-it and the step time (medians of the steps after the first), the losses and a digest of the final weights, and
-LMS's own figures. ``--mode``:
+it and the step time (medians of the steps after the first), and LMS's own figures. Whether a mode changes the
+math is not asked here (these fits are not made reproducible): ``tests/lms/tensorflow/test_same_math.py`` and
+``test_hybrid.py`` compare to the bit, each fit in a fresh process in reproducible mode. ``--mode``:
 
 - ``recompute``: plain against ``LMS(recompute="only", n_tensors=-1)``. A recomputed tensor never leaves /CPU:0, so
   its allocator peak shows the saving as measured.
@@ -29,25 +30,19 @@ MIB = 2**20
 VARIANTS = {"plain": None, "recompute": dict(recompute="only", n_tensors=-1), "swap": {},
             "hybrid": dict(recompute=True), "swap ordered": dict(n_tensors=-1, order_backward=True),
             "swap unordered": dict(n_tensors=-1)}
-MODES = {"recompute": ("plain", "recompute"), "hybrid": ("plain", "swap", "hybrid"),
+MODES = {"recompute": ("plain", "recompute"), "hybrid": ("swap", "hybrid"),
          "order": ("plain", "swap ordered", "swap unordered")}
 STEPS = {"recompute": 5, "hybrid": 3, "order": 4}
 
 
 def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
     """One fit in this process, as ``variant`` (a key of VARIANTS) says."""
-    import hashlib
-
-    import numpy as np
-
     from lms_magic import LMS
 
     model, x, y = compiled_application(name, size, batch, steps)
     lms = None if VARIANTS[variant] is None else LMS(device="/CPU:0", host_device="/CPU:1", verbose=0,
                                                      **VARIANTS[variant])
     out = fit_step_peaks(model, x, y, batch, lms)
-    out["weights_sha256"] = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes()
-                                                    for w in model.get_weights())).hexdigest()
     if lms is not None:
         stats = lms.stats
         out.update(predicted=stats.device_peak_bytes, predicted_without=stats.device_peak_bytes_without_lms,
@@ -58,42 +53,34 @@ def measure(name: str, variant: str, size: int, batch: int, steps: int) -> dict:
     return out
 
 
-def _same(run: dict, plain: dict) -> bool:
-    return run["losses"] == plain["losses"] and run["weights_sha256"] == plain["weights_sha256"]
-
-
 def figures_of(mode: str, name: str, runs: dict, shape: str) -> list[Figure]:
     """What each mode's runs of one model print, and the figures they report."""
-    plain = runs["plain"]
+    plain = runs.get("plain")
     if mode == "recompute":
         lms = runs["recompute"]
         print(f"{name}: measured step peak {plain['step_peak_bytes'] / MIB:.1f} -> {lms['step_peak_bytes'] / MIB:.1f} "
               f"MiB; predicted {lms['predicted_without'] / MIB:.1f} -> {lms['predicted'] / MIB:.1f} MiB; "
-              f"{lms['recomputed']} of {lms['candidates']} recomputed; {'bit-identical' if _same(lms, plain) else 'DIFFERENT'};"
-              f" step {plain['step_s'] * 1000:.0f} -> {lms['step_s'] * 1000:.0f} ms")
+              f"{lms['recomputed']} of {lms['candidates']} recomputed; step {plain['step_s'] * 1000:.0f} -> "
+              f"{lms['step_s'] * 1000:.0f} ms")
         return [Figure(f'recompute="only", {name} {shape}: the step\'s allocator peak, plain', "median of the steps",
                        round(plain["step_peak_bytes"] / MIB, 1), "MiB"),
                 Figure(f'recompute="only", {name} {shape}: the step\'s allocator peak, recompute', "median of the steps",
-                       round(lms["step_peak_bytes"] / MIB, 1), "MiB"),
-                Figure(f'recompute="only", {name} {shape}: bit-identical to plain', "1 yes, 0 no", int(_same(lms, plain)), "")]
+                       round(lms["step_peak_bytes"] / MIB, 1), "MiB")]
     if mode == "hybrid":
         swap, hybrid = runs["swap"], runs["hybrid"]
         for variant in ("swap", "hybrid"):
             run = runs[variant]
             print(f"{name} {variant}: predicted {run['predicted'] / MIB:.1f} MiB ({run['source']}); host link "
-                  f"{2 * run['swapped_bytes'] / MIB:.1f} MiB a step; {run['recomputed']} recomputed; "
-                  f"{'bit-identical' if _same(run, plain) else 'DIFFERENT'}")
+                  f"{2 * run['swapped_bytes'] / MIB:.1f} MiB a step; {run['recomputed']} recomputed")
         if not swap["swapped_bytes"]:
             return []
         return [Figure(f"hybrid plan, {name} {shape}: host-link bytes over swaps alone", "one fit each",
                        round(hybrid["swapped_bytes"] / swap["swapped_bytes"], 3), "x"),
                 Figure(f"hybrid plan, {name} {shape}: predicted peak over swaps alone", "one fit each",
-                       round(hybrid["predicted"] / swap["predicted"], 3), "x"),
-                Figure(f"hybrid plan, {name} {shape}: bit-identical to plain", "1 yes, 0 no", int(_same(hybrid, plain)), "")]
+                       round(hybrid["predicted"] / swap["predicted"], 3), "x")]
     ordered, unordered = runs["swap ordered"], runs["swap unordered"]
     print(f"{name}: plain {plain['step_peak_bytes'] / MIB:.1f} MiB; ordered {ordered['step_peak_bytes'] / MIB:.1f} MiB "
-          f"({ordered['ordered']} layers), unordered {unordered['step_peak_bytes'] / MIB:.1f} MiB; losses "
-          f"{'identical' if ordered['losses'] == plain['losses'] else 'DIFFERENT'}")
+          f"({ordered['ordered']} layers), unordered {unordered['step_peak_bytes'] / MIB:.1f} MiB")
     return [Figure(f"order_backward, {name} {shape}: the step's allocator peak, every candidate swapped, ordered over "
                    "unordered", "median of the steps", round(ordered["step_peak_bytes"] / unordered["step_peak_bytes"], 3),
                    "x")]

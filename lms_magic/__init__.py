@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 # TensorFlow's INFO lines at import (oneDNN, CPU features, absl's preamble) fill a notebook's first output; where
 # TensorFlow is not imported yet and the user set no level, they are hidden (its warnings and errors still show)
+_LEVEL_CHOSEN = "TF_CPP_MIN_LOG_LEVEL" in os.environ
 if "tensorflow" not in sys.modules:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
@@ -97,13 +98,18 @@ if "IPython" in sys.modules and sys.modules["IPython"].get_ipython() is not None
 def load_ipython_extension(ipython) -> None:
     """Called by ``%load_ext lms_magic``: registers the magics, and the results' HTML tables."""
     from .ipython import register
+    from .quiet import install_quiet_first_import
 
     _render_results_as_html(ipython)
     register(ipython)
+    if not _LEVEL_CHOSEN:  # the lines TensorFlow prints at import whatever the level: hidden too, where it is ours
+        install_quiet_first_import()
 
 
 def unload_ipython_extension(ipython) -> None:
     """Called by ``%unload_ext lms_magic``: removes what loading registered."""
     from .ipython import unregister
+    from .quiet import remove_quiet_first_import
 
     unregister(ipython)
+    remove_quiet_first_import()

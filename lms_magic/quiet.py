@@ -4,12 +4,15 @@ TensorFlow writes its start-up lines (absl's preamble, "oneDNN custom operations
 CUDA plugin registrations) from C++ straight to the process's standard error, where a notebook shows them
 as a red box, whatever ``TF_CPP_MIN_LOG_LEVEL`` says for some of them. Where this package is the first
 to import the framework, it does so with file descriptor 2 captured, and writes back every line that is
-not one of those.
+not one of those; after ``%load_ext lms_magic``, so does TensorFlow's first import by anyone (a notebook's own
+``import keras``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.machinery
 import os
 import re
 import sys
@@ -41,6 +44,12 @@ def start_up_lines_hidden() -> Iterator[None]:
     if "keras" in sys.modules or "tensorflow" in sys.modules:
         yield
         return
+    with _noise_filtered():
+        yield
+
+
+@contextlib.contextmanager
+def _noise_filtered() -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
@@ -54,6 +63,44 @@ def start_up_lines_hidden() -> Iterator[None]:
             kept = noise_removed(captured.read().decode(errors="replace"))
             if kept:
                 sys.stderr.write(kept)
+
+
+class _QuietFirstImport(importlib.abc.MetaPathFinder):
+    """On ``sys.meta_path`` from ``%load_ext lms_magic`` until TensorFlow is imported: it finds nothing itself, but
+    TensorFlow's first import, whoever asks for it (``import keras`` in a notebook, say), runs with the start-up
+    lines hidden. It then leaves ``sys.meta_path``."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "tensorflow":
+            return None
+        remove_quiet_first_import()
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        with _noise_filtered():
+            self._loader.exec_module(module)
+
+
+def install_quiet_first_import() -> None:
+    """From now on, TensorFlow's first import shows none of its start-up lines (``%load_ext lms_magic`` calls this
+    where TensorFlow is not imported yet and the user chose no log level: a level they set keeps its lines)."""
+    if "tensorflow" not in sys.modules and not any(isinstance(f, _QuietFirstImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _QuietFirstImport())
+
+
+def remove_quiet_first_import() -> None:
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _QuietFirstImport)]
 
 
 def import_keras_quietly() -> None:

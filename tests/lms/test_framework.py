@@ -20,6 +20,12 @@ def test_each_framework_answers_every_question_of_the_protocol(name):
     fields = {field.name for field in dataclasses.fields(LmsOptions)}
     assert set(chosen.unavailable) <= fields  # each refusal names a real option
     assert all(why.startswith("not ") for why in chosen.unavailable.values())  # and says why
+    if name == "tensorflow":  # PyTorch's and JAX's backends are imported and checked so in their own test runs
+        assert_a_backend_class(chosen)
+
+
+def assert_a_backend_class(chosen) -> None:
+    """The framework's backend is a class with the train step LMS drives (tests/lms/{torch,jax} call this too)."""
     assert inspect.isclass(chosen.backend()) and hasattr(chosen.backend(), "train_step")
 
 

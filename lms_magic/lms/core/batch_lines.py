@@ -54,6 +54,16 @@ class TwoBatches:
         """The line through ``(first, at_first)`` and ``(second, at_second)`` at ``batch_size``, rounded down."""
         return at_first + (at_second - at_first) * (batch_size - self.first) // self.apart
 
+    def each_at(self, pairs, batch_size: int) -> list:
+        """:meth:`at` of each ``(at_first, at_second)`` of ``pairs`` (a tensor's dimensions, say), in one call.
+
+        Example:
+            >>> TwoBatches(8, 16).each_at([(8, 16), (224, 224), (8 * 24, 16 * 24)], 20)
+            [20, 224, 480]
+        """
+        apart, grown = self.second - self.first, batch_size - self.first
+        return [one + (two - one) * grown // apart for one, two in pairs]
+
     def slope(self, at_first, at_second):
         """The growth per sample, where it is a whole number (for arrays: every one); else None."""
         growth, rest = divmod(at_second - at_first, self.apart)

@@ -8,8 +8,8 @@ replayed in program order by ``core/simulate.py``, what is computed again just b
 (``core/sink.py``): each equation's outputs live from it to their last reader. Offloading a named value is a swap in that
 replay: out after it is made, back one equation before the first backward reader (a reader inlined from
 the differentiated ``remat``: the backward pass). XLA fuses element-wise
-equations and schedules in its own order; without LMS the replay came within 0.96-1.02 of XLA's own
-figure for the compiled step of ResNet-50 on a CPU (``benchmarks/lms_tune_jax.py``), but where XLA
+equations and schedules in its own order (without LMS, the replay against XLA's own figure for the compiled
+step: ``benchmarks/lms_tune_jax.py``, docs/measurements.md), and where XLA
 brings the offloaded outputs back is its scheduler's choice: the figures are predictions of this model,
 named so in ``stats.prediction_source``. The optimizer's update after the gradient is not in it.
 """

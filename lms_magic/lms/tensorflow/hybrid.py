@@ -4,7 +4,7 @@ higher peak, the rest swapped; its state through a fit.
 Its first step swaps every tensor of the plan (a probe, or the first step of a plan given by a count), and
 the recompute chains are planned on that trace before its swaps change it (``recompute.plan_recomputes``,
 as if every eligible candidate were swapped, so a chain stands for any plan). On that step's executed graphs
-(``predict.ExecutedStep``) a chain is chosen where the step with it predicts no higher peak than swaps
+(``executed.ExecutedStep``) a chain is chosen where the step with it predicts no higher peak than swaps
 alone: its tensor modelled as brought back at its gate, the swapped tensors its clones read brought back
 there too (``recompute.gate_moves``), the device tensors they read held until then
 (``recompute.chain_reads``). The step after runs the chosen recomputes; where its own executed graphs

@@ -55,8 +55,7 @@ class Rescaled:
     other_dims: dict = field(repr=False, compare=False)
 
     def dims(self, name: str, dims: list) -> list:
-        two = TwoBatches(self.traced, self.other)
-        return [two.at(first, again, self.to) for first, again in self._pairs(name, dims)]
+        return TwoBatches(self.traced, self.other).each_at(self._pairs(name, dims), self.to)
 
     def linear(self, name: str, dims: list) -> bool:
         """Whether the tensor's bytes are a line in the batch: at most one dimension grows with it, by a whole

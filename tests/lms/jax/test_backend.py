@@ -199,3 +199,11 @@ def test_where_xlas_compiled_step_does_not_fit_the_plan_stands(data, monkeypatch
     assert len(compiled) == 1 and compiled[0] > usable_bytes(capacity)
     assert stats.plan_rule is Rule.FITS_DEVICE and stats.swapped_tensors > 0
     assert not any("XLA's compiled step does" in note for note in stats.notes)
+
+
+def test_the_framework_hands_lms_a_backend_class():
+    """What tests/lms/test_framework.py checks of TensorFlow's, for this backend (imported here, not in that run)."""
+    from lms_magic.lms.framework import framework
+    from tests.lms.test_framework import assert_a_backend_class
+
+    assert_a_backend_class(framework("jax"))

@@ -241,6 +241,6 @@ def test_the_lean_step_of_full_models_is_sized_as_the_step_without_it(devices, n
     plain.eligible(1, 64)
     lean.share({(False, False, False): plain})
     for batch in (64, 1, 7, 100, 333):
-        # at batch 1 TensorFlow traces DenseNet121's lean step with one op more than at others: the same peak, a
-        # timeline one entry longer (docs/design.md, "The graph is the same at every batch size")
+        # at batch 1 DenseNet121's lean step traces with one op fewer than at others: the same peak, a timeline one
+        # entry shorter (docs/design.md, "The graph is the same at every batch size")
         assert_same_predictions(exact, lean, batch, timeline=batch != 1)

@@ -205,3 +205,11 @@ def test_the_plan_predicts_its_step_time_and_trains_as_without_lms(data):
     assert history == plain_history
     for a, b in zip(plain.variables, model.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_the_framework_hands_lms_a_backend_class():
+    """What tests/lms/test_framework.py checks of TensorFlow's, for this backend (imported here, not in that run)."""
+    from lms_magic.lms.framework import framework
+    from tests.lms.test_framework import assert_a_backend_class
+
+    assert_a_backend_class(framework("torch"))

@@ -103,12 +103,14 @@ REGISTRY = [
 
 
 def gpu_present() -> bool:
-    try:
-        import pynvml
+    """Whether NVML sees a GPU (the package's own reader of it)."""
+    from lms_magic.memory.nvml import GpuUnavailable, NvmlSource
 
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetCount() > 0
-    except Exception:
+    source = NvmlSource()
+    try:
+        source.open()
+        return source.device_count() > 0
+    except GpuUnavailable:
         return False
 
 

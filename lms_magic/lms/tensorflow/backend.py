@@ -365,7 +365,8 @@ class TensorFlowBackend:
         plan = self._plan
         if not self._probing:
             if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
-                return self._retrace(self._eligible_names(), probing=True, note=(
+                eligible = [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
+                return self._retrace(eligible, probing=True, note=(
                     f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
                     f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
                     "step, to plan on its graphs"))
@@ -401,9 +402,6 @@ class TensorFlowBackend:
         return self._retrace(names, probing=False, note=(
             f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
             f"{len(names)} of {len(held)} swapped from the second step, predicted {format_size(plan.peak_bytes)}"))
-
-    def _eligible_names(self) -> list[str]:
-        return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
 
     def _retrace(self, names: list[str], probing: bool, note: str) -> Action:
         """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""

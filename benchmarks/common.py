@@ -81,20 +81,15 @@ def ratio_figure(name: str, ratios: list[float], goal: str = "") -> Figure:
 
 def compiled_application(name: str, size: int, batch: int, steps: int):
     """keras.applications' ``name`` (seed 5, 10 classes, logits) compiled with SGD and momentum, and ``steps``
-    batches of random images and labels; the CPU is split first, as in the tests."""
+    batches of random images and labels (``tests/lms/tensorflow/fresh_peak.application``); the CPU is split first,
+    as in the tests."""
     sys.path.insert(0, str(CODE))
     from tests.conftest import _split_tensorflow_cpu
+    from tests.lms.tensorflow.fresh_peak import application
 
     _split_tensorflow_cpu()
-    import keras
-    import numpy as np
-
-    keras.utils.set_random_seed(5)
-    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
-                                              classifier_activation=None)
-    model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rng = np.random.default_rng(0)
-    return model, rng.random((batch * steps, size, size, 3), dtype="float32"), rng.integers(0, 10, batch * steps)
+    model, (x, y) = application(name, size, batch, steps)
+    return model, x, y
 
 
 def fit_step_peaks(model, x, y, batch: int, lms=None) -> dict:

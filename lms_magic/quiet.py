@@ -81,6 +81,9 @@ class _QuietFirstImport(importlib.abc.MetaPathFinder):
 
 
 class _QuietLoader(importlib.abc.Loader):
+    """TensorFlow's own loader, its module run with the start-up lines hidden; the module keeps that loader (what
+    ``importlib.resources`` and the like ask of it)."""
+
     def __init__(self, loader):
         self._loader = loader
 
@@ -88,6 +91,7 @@ class _QuietLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self._loader
         with _noise_filtered():
             self._loader.exec_module(module)
 

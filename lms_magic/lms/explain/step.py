@@ -20,7 +20,7 @@ class StepPrediction:
     swapped_tensors: int
     swapped_bytes_per_step: int
     candidates: int
-    trace_s: float  # making the predictor and the step at this batch (a trace on TensorFlow and JAX)
+    trace_s: float  # making the predictor, the step at this batch (a trace on TensorFlow and JAX) and its candidates
     plan_s: float  # the prediction with LMS after it
 
 
@@ -49,10 +49,10 @@ def predict_step(model, sample, batch_size: int, n_tensors: int = -1, lb: int = 
     started = time.perf_counter()
     predictor = framework().predictor(model, tuple(sample), LmsOptions(min_bytes=min_bytes, host_device=host_device),
                                       False, False, False)
-    without = predictor.predict(0, lb, batch_size)
+    predictor.eligible(lb, batch_size)  # the step at this batch made (traced, or run), its candidates found
     traced = time.perf_counter()
     prediction = predictor.predict(n_tensors, lb, batch_size)
-    return StepPrediction(batch_size, without.peak_bytes, prediction.peak_bytes, prediction.n_tensors,
+    return StepPrediction(batch_size, prediction.peak_bytes_without_lms, prediction.peak_bytes, prediction.n_tensors,
                           prediction.swapped_bytes_per_step, prediction.candidates, traced - started,
                           time.perf_counter() - traced)
 

@@ -147,7 +147,8 @@ class TensorFlowBackend:
 
     def _persistent(self):
         """The weights, optimizer state and metrics' variables (read once, after the first trace built them)."""
-        self._persistent_tensors = self._persistent_tensors or persistent_tensors(self.model)
+        if self._persistent_tensors is None:
+            self._persistent_tensors = persistent_tensors(self.model)
         return self._persistent_tensors
 
     def _persistent_bytes(self) -> int:

@@ -22,20 +22,24 @@ from pathlib import Path
 MODELS = ("reference cnn", "residual", "subclassed")  # and "NAME:SIZE:BATCH" for keras.applications' NAME
 
 
-def application(spec: str):
-    """keras.applications' model of ``spec`` ("ResNet50:128:16": name, image size, batch), 10 classes, SGD with
-    momentum, seed 5, and two batches of random images: the model, its data and the batch size."""
+def application(name: str, size: int, batch: int, steps: int = 2):
+    """keras.applications' ``name`` at ``size`` x ``size`` (seed 5, 10 classes, logits) compiled with SGD and
+    momentum, and ``steps`` batches of random images and labels: the model and its data (the benchmarks' too)."""
     import keras
     import numpy as np
 
-    name, size, batch = spec.split(":")
-    size, batch = int(size), int(batch)
     keras.utils.set_random_seed(5)
     model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
                                               classifier_activation=None)
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(0)
-    return model, (rng.random((2 * batch, size, size, 3), dtype="float32"), rng.integers(0, 10, 2 * batch)), batch
+    return model, (rng.random((batch * steps, size, size, 3), dtype="float32"), rng.integers(0, 10, batch * steps))
+
+
+def spec_of(spec: str) -> tuple[str, int, int]:
+    """``"ResNet50:128:16"`` as (name, image size, batch)."""
+    name, size, batch = spec.split(":")
+    return name, int(size), int(batch)
 
 
 def measure(name: str) -> int:
@@ -53,8 +57,8 @@ def _measure_here(name: str) -> int:
 
     _split_tensorflow_cpu()  # two logical CPUs, one inter-op thread, as in the tests
     if ":" in name:
-        model, (x, y), batch = application(name)
-        return plain_step_peak(model, x, y, batch)
+        model, (x, y) = application(*spec_of(name))
+        return plain_step_peak(model, x, y, spec_of(name)[2])
     from tests import models
 
     build, (x, y) = {"reference cnn": (models.reference_cnn, models.images(64, 64)),

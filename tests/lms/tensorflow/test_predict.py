@@ -29,7 +29,8 @@ def test_on_the_models_the_docs_use_the_replay_is_within_15_percent_of_the_alloc
     """The release check of the replay's accuracy (docs/measurements.md): the executed graphs' replay without LMS
     (the step's own bytes) against TensorFlow's allocator peak of a plain step of the same model in a fresh process.
     The measured peak itself moves about 10% between runs of the same fit on this CPU."""
-    model, (x, y), batch = fresh_peak.application(spec)
+    name, size, batch = fresh_peak.spec_of(spec)
+    model, (x, y) = fresh_peak.application(name, size, batch)
     callback = LMS(**lms_options)
     model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
     predicted = callback.stats.device_peak_bytes_without_lms - callback.stats.persistent_bytes

@@ -39,6 +39,7 @@ _PUBLIC = {
     "autotune": "lms_magic.tuning",
     "TuningSession": "lms_magic.tuning",
     "explain_fit": "lms_magic.lms.explain.explain_fit",
+    "largest_batch": "lms_magic.lms.explain.largest",
     "simulate_accelerator": "lms_magic.lms.devices",
     "memory_timeline_figure": "lms_magic.ui.plots",
     "save_html": "lms_magic.ui.report_html",

@@ -91,3 +91,73 @@ def images(n=64, size=32, seed=0):
 def vectors(n=2048, width=512, seed=0):
     rng = np.random.default_rng(seed)
     return rng.random((n, width), dtype="float32"), rng.integers(0, 10, n)
+
+
+# Kinds of model the docs do not use (issue 54's): each with its data at ``n`` samples.
+
+def encoder_decoder(size=64):
+    """A small U-Net: convolutions down, upsampling back with skip concatenations, a label per pixel."""
+    keras.utils.set_random_seed(6)
+    inputs = keras.Input((size, size, 3))
+    skips, x = [], inputs
+    for filters in (16, 32, 64):
+        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        skips.append(x)
+        x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(128, 3, padding="same", activation="relu")(x)
+    for filters, skip in zip((64, 32, 16), reversed(skips)):
+        x = keras.layers.UpSampling2D()(x)
+        x = keras.layers.Concatenate()([x, skip])
+        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+    return compiled(keras.Model(inputs, keras.layers.Conv2D(4, 1)(x)), metrics=None)
+
+
+def pixel_labels(n=64, size=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, size, size, 3), dtype="float32"), rng.integers(0, 4, (n, size, size))
+
+
+def convnext_style(size=64):
+    """ConvNeXt's blocks: a 4x4 stride-4 stem, 7x7 depthwise convolutions, LayerNormalization, an inverted MLP
+    with GELU, residual adds; downsampling between stages."""
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((size, size, 3))
+    x = keras.layers.LayerNormalization()(keras.layers.Conv2D(32, 4, strides=4)(inputs))
+    for stage, filters in enumerate((32, 64)):
+        if stage:
+            x = keras.layers.Conv2D(filters, 2, strides=2)(keras.layers.LayerNormalization()(x))
+        for _ in range(2):
+            branch = keras.layers.DepthwiseConv2D(7, padding="same")(x)
+            branch = keras.layers.LayerNormalization()(branch)
+            branch = keras.layers.Dense(4 * filters, activation="gelu")(branch)
+            x = keras.layers.Add()([x, keras.layers.Dense(filters)(branch)])
+    x = keras.layers.LayerNormalization()(keras.layers.GlobalAveragePooling2D()(x))
+    return compiled(keras.Model(inputs, keras.layers.Dense(10)(x)))
+
+
+def mobilenet_v3_style(size=64):
+    """keras.applications' MobileNetV3Small (hard-swish, squeeze-and-excite), untrained, 10 classes."""
+    keras.utils.set_random_seed(8)
+    model = keras.applications.MobileNetV3Small(weights=None, input_shape=(size, size, 3), classes=10,
+                                                classifier_activation=None, include_preprocessing=False)
+    return compiled(model)
+
+
+def transformer(sequence=64, vocabulary=1000, width=64, heads=4, blocks=2):
+    """A small Transformer encoder over token ids: embeddings, self-attention and MLP blocks, a class per text."""
+    keras.utils.set_random_seed(9)
+    inputs = keras.Input((sequence,), dtype="int32")
+    x = keras.layers.Embedding(vocabulary, width)(inputs)
+    for _ in range(blocks):
+        attended = keras.layers.MultiHeadAttention(heads, width // heads)(x, x)
+        x = keras.layers.LayerNormalization()(keras.layers.Add()([x, attended]))
+        hidden = keras.layers.Dense(4 * width, activation="gelu")(x)
+        x = keras.layers.LayerNormalization()(keras.layers.Add()([x, keras.layers.Dense(width)(hidden)]))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return compiled(keras.Model(inputs, keras.layers.Dense(10)(x)))
+
+
+def token_ids(n=64, sequence=64, vocabulary=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocabulary, (n, sequence)).astype("int32"), rng.integers(0, 10, n)

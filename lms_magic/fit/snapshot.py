@@ -9,7 +9,7 @@ import numpy as np
 
 
 class TrainingState:
-    """The values of a model's variables (weights, seed-generator states) and its optimizer's.
+    """The values of a model's variables (weights, seed-generator states), its metrics' and its optimizer's.
 
     The optimizer is built first if it was not, so that even a fresh
     optimizer's state (zero moments, iteration 0) is captured.
@@ -30,7 +30,7 @@ class TrainingState:
 
     @classmethod
     def capture(cls, model) -> "TrainingState":
-        variables = list(model.variables)
+        variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
             if not optimizer.built:  # in the model's distribution strategy, as Keras's fit builds it (TensorFlow)

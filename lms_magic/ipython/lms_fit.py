@@ -40,6 +40,10 @@ class LmsFitMagics(Magics):
     @argument("--compare", action="store_true",
               help="also train without LMS from the same weights, optimizer state, seed and batches")
     @argument("--steps", type=int, default=None, help="stop each variant after this many steps")
+    @argument("--batch-size", dest="batch_size", choices=("max",), default=None,
+              help="max: train at the largest batch that fits the device (confirmed by steps where it can be), with "
+                   "LMS where it needs LMS and runs at --speed of plain speed or better")
+    @argument("--speed", type=float, default=0.9, help="with --batch-size max: the share of plain speed to keep")
     @argument("-i", "--interval", type=float, default=DEFAULT_INTERVAL_S, help="memory sampling interval (s)")
     @argument("-o", dest="return_result", action="store_true", help="return the LmsFitResult")
     @argument("-q", dest="quiet", action="store_true", help="print nothing")
@@ -76,7 +80,12 @@ class LmsFitMagics(Magics):
 
         result = LmsFitResult()
         announce = (lambda text: None) if args.quiet else print
-        interceptor = FitInterceptor(lambda model, a, kw: self._record(result, runner.run(model, a, kw)))
+        def run(model, fit_args, fit_kwargs):
+            if args.batch_size == "max":
+                fit_kwargs = self._at_largest(runner, model, fit_args, fit_kwargs, args.speed, announce)
+            return self._record(result, runner.run(model, fit_args, fit_kwargs))
+
+        interceptor = FitInterceptor(run)
         from ..lms.explain.account import explain_out_of_memory
 
         with interceptor:
@@ -104,6 +113,29 @@ class LmsFitMagics(Magics):
         return None
 
     @staticmethod
+    def _at_largest(runner, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
+        """``fit_kwargs`` at the largest batch (``largest_batch``), and the runner's LMS options for it."""
+        from ..lms.explain.largest import largest_batch
+
+        x = fit_args[0] if fit_args else fit_kwargs.get("x")
+        y = fit_args[1] if len(fit_args) > 1 else fit_kwargs.get("y")
+        if len(fit_args) > 2 or "batch_size" in fit_kwargs and fit_kwargs["batch_size"] is not None:
+            raise ValueError("%%lms_fit --batch-size max chooses the batch size: leave batch_size out of the fit call")
+        if y is None or type(x).__module__.split(".")[0] not in ("numpy", "builtins"):
+            raise ValueError("%%lms_fit --batch-size max needs the data as arrays, model.fit(x, y, ...): a dataset "
+                             "or generator that is already batched fixes the batch size; pass its arrays, or "
+                             "leave --batch-size max out")
+        options = runner.lms_options
+        chosen = largest_batch(model, (x, y), speed=speed, min_bytes=options.min_bytes, device=options.device,
+                               host_device=options.host_device)
+        announce(f"lms_magic: --batch-size max: {chosen}")
+        if chosen.options is None:
+            runner.lms_options = runner.lms_options.replace(n_tensors=0)
+        elif "budget" in chosen.options:
+            runner.lms_options = runner.lms_options.replace(budget_bytes=chosen.options["budget"])
+        return {**fit_kwargs, "batch_size": chosen.batch_size}
+
+    @staticmethod
     def _record(result, outcome):
         history, variants = outcome
         result.calls.append(variants)
@@ -120,6 +152,8 @@ class LmsFitMagics(Magics):
         try:
             if args.steps is not None:
                 whole_number("steps", args.steps, 1)
+            if not 0 < args.speed <= 1:
+                raise UsageError(f"--speed must be a share of plain speed, above 0 and at most 1 (0.9), got {args.speed}")
             options = options_from_flags(vars(args), self._defaults)
             check_devices(options.device, options.host_device)
         except OptionError as error:

@@ -332,7 +332,7 @@ class Tuner:
             session.runner.model, session.runner.data, batch_size=session.batch_size,
             budget=budget, modes=("without LMS", "LMS"),
             batch_sizes=self.controls["batch_size"].options, min_bytes=session.lms_options["min_bytes"],
-            device=session.lms_options["device"], host_device=session.lms_options["host_device"])
+            device=session.lms_options["device"], host_device=session.lms_options["host_device"], confirm=False)
         best = self.frontier.largest_at_speed()
         self.status.value = ("frontier: " + (f"the largest batch at 90% of plain speed within the budget: "
                                               f"{best.batch_size} ({best.mode})" if best else "no batch fits the budget"))

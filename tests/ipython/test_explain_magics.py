@@ -104,3 +104,24 @@ def test_lms_fit_explains_a_variant_that_runs_out_of_memory(cnn_shell, capsys):
                               "callbacks=[RunsOutOfMemory()])").success
     out = capsys.readouterr().out
     assert "ran out of memory" in out and "ran out of device memory. Why" in out and "batch 64" in out
+
+
+def test_lms_fit_batch_size_max_trains_at_the_largest_batch_it_chose_and_says_why(cnn_shell, capsys):
+    import math
+    import re
+
+    result = cnn_shell.run_cell("%%lms_fit --batch-size max\nh = model.fit(x, y, epochs=1, verbose=0)")
+    assert result.success, result.error_in_exec
+    said = re.search(r"--batch-size max: batch (\d+), (with|without)", capsys.readouterr().out)
+    assert said, "the batch chosen is printed"
+    chosen = int(said.group(1))
+    assert chosen > 1 and cnn_shell.user_ns["h"].params["steps"] == math.ceil(256 / chosen)
+
+
+def test_lms_fit_batch_size_max_refuses_batched_data_and_leaves_the_model(cnn_shell):
+    before = weights(cnn_shell)
+    result = cnn_shell.run_cell("%%lms_fit --batch-size max\n"
+                                "model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0)")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert "needs the data as arrays" in str(result.error_in_exec)
+    assert all((a == b).all() for a, b in zip(before, weights(cnn_shell)))

@@ -54,7 +54,7 @@ def out_of_memory_account(model, data, batch_size: int) -> str:
     from .explain_fit import explain_fit
 
     try:
-        found = explain_fit(model, data, batch_size=batch_size)
+        found = explain_fit(model, data, batch_size=batch_size, confirm=False)
     except Exception as error:
         return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
                 "Try %%lms_fit over the cell, or a smaller batch.")
@@ -129,7 +129,7 @@ class FitsExplained(ModelFitReplaced):
         from .explain_fit import explain_fit
 
         data, batch_size = fit_data(args, kwargs)
-        found = explain_fit(model, data, batch_size=batch_size)
+        found = explain_fit(model, data, batch_size=batch_size, confirm=False)
         self._say(str(found))
         return found
 

@@ -8,6 +8,29 @@ from dataclasses import asdict, dataclass, field
 
 from ...units import format_size
 from ..core.plan import CAPACITY_HEADROOM
+from .confirm import Confirmed
+
+
+@dataclass(frozen=True)
+class Correction:
+    """What a plain step measured on the device held beyond the replay's tensors: every way's figures are the
+    replay's step bytes (past the weights and optimizer state) times ``ratio``, which is at least 1."""
+
+    batch_size: int
+    measured_bytes: int | None  # the allocator's peak over what the device held before the step
+    predicted_bytes: int  # the replay's step bytes at the same batch
+    ratio: float
+    source: str  # the allocator read ("TensorFlow's allocator on CPU:0")
+
+    @property
+    def words(self) -> str:
+        if self.measured_bytes is None:
+            return f"a plain step at batch {self.batch_size} ran out of memory on the device; figures not corrected"
+        held = self.measured_bytes / max(1, self.predicted_bytes)
+        done = f"every figure here is the replay's step bytes times {self.ratio:.2f}" if self.ratio > 1 else \
+            "the figures are the replay's (at or above what the allocator held)"
+        return (f"measured: a plain step at batch {self.batch_size} held {format_size(self.measured_bytes)} in "
+                f"{self.source}, {held:.2f}x the replay's {format_size(self.predicted_bytes)}; {done}")
 
 
 @dataclass(frozen=True)
@@ -22,6 +45,7 @@ class ModeFit:
     magic: str  # the %%lms_fit line that trains this way ("" without LMS)
     unavailable: str = ""  # why this way is not offered on this backend
     note: str = ""  # said beside its figures (lean_ops on a model it changes nothing in)
+    confirmed: Confirmed | None = None  # the largest batch confirmed by steps on the device (confirm=...)
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,8 @@ class FitExplanation:
     plain_peak_bytes: int | None = None
     plain_peak_source: str = ""
     plain_usable_bytes: int | None = None  # what the step without LMS may fill, where not usable_bytes
+    correction: Correction | None = None  # the measured step the figures are corrected by (None: not measured)
+    unmeasured: str = ""  # why no step was measured, where one was asked for by default
 
     @property
     def plain_limit_bytes(self) -> int | None:
@@ -103,6 +129,9 @@ class FitExplanation:
                 lines.append(f"  {mode.mode}: {mode.unavailable}")
                 continue
             largest = "" if mode.largest_batch is None else f", largest batch {mode.largest_batch}"
+            if mode.confirmed is not None:
+                largest = f", largest batch {mode.confirmed.batch_size} ({mode.confirmed.words}; " \
+                          f"{mode.largest_batch} predicted)"
             ratio = "" if mode.step_ratio is None else f", step {mode.step_ratio:.2f}x a plain step's (predicted)"
             verdict = {True: "fits", False: "does not fit", None: "capacity unknown"}[mode.fits]
             note = f"; {mode.note}" if mode.note else ""
@@ -123,6 +152,10 @@ class FitExplanation:
             if best is not None:
                 lines.append(f"the largest batch at {self.speed_target:.0%} of plain speed or better: {best.batch_size}, "
                              f"{best.mode}")
+        if self.correction is not None:
+            lines.append(self.correction.words)
+        elif self.unmeasured:
+            lines.append(self.unmeasured)
         if self.caveat:
             lines.append(self.caveat)
         if self.suggestion:

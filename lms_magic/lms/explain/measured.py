@@ -1,0 +1,163 @@
+"""Real train steps on the device, each step's peak read from the framework's own allocator, the model put back.
+
+What closes ``explain_fit``'s loop: the replay counts the graph's tensors; the allocator also holds what the graph
+does not show (whole chunks for smaller requests, cuDNN's workspaces). :class:`StepMeter` runs a few steps of the
+user's ``fit`` at one batch size (with or without LMS) from a saved start, reads the allocator's peak of each step
+over what the device held before it (``StepPeaks``), and puts back the weights, optimizer state, metrics, Python's
+and NumPy's random state and ``model.history``. It exists where the allocator of the device LMS relieves can be read
+and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch on CUDA (``step_meter``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import keras
+import numpy as np
+
+from ..core.plan import BudgetError
+from .confirm import MeasuredStep
+
+MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
+
+
+class StepPeaks(keras.callbacks.Callback):
+    """Reads ``counter`` (a :class:`~lms_magic.memory.frameworks.AllocatorCounter`) around each train step: its
+    peak over what the device held when the step began.
+
+    Example:
+        >>> class Counter:  # a fake allocator: each step holds 40 bytes over the 100 before it
+        ...     held = 100
+        ...     def reset(self): pass
+        ...     def read(self): return self.held, self.held + 40
+        >>> peaks = StepPeaks(Counter())
+        >>> peaks.on_train_batch_begin(0); peaks.on_train_batch_end(0); peaks.step_bytes
+        [40]
+    """
+
+    def __init__(self, counter):
+        super().__init__()
+        self.counter = counter
+        self.step_bytes: list[int] = []
+        self._before = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.counter.reset()
+        self._before = self.counter.read()[0]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step_bytes.append(max(0, self.counter.read()[1] - self._before))
+
+
+class StepMeter:
+    """Measures real train steps of ``model`` on ``data`` with the device's allocator ``counter``.
+
+    Args:
+        model: a compiled Keras model.
+        data: ``(x, y)`` arrays or a ``tf.data.Dataset``, as ``explain_fit`` takes them.
+        counter: the allocator of the device LMS relieves.
+        lms_options: the options of the LMS a step with LMS runs under (``min_bytes``, ``device``...).
+    """
+
+    def __init__(self, model, data, counter, lms_options: dict | None = None):
+        self.model, self.data, self.counter = model, data, counter
+        self.lms_options = dict(lms_options or {})
+        self.measured: list[MeasuredStep] = []
+        self._known: dict[tuple, MeasuredStep] = {}
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the device is a real GPU (not ``simulate_accelerator``'s)."""
+        return self.counter.gpu_index is not None
+
+    @property
+    def measures_lms(self) -> bool:
+        """Whether steps with LMS can be measured: not on ``simulate_accelerator``'s device, whose allocator is
+        TensorFlow's one CPU allocator, shared with the host the tensors move to."""
+        return self.on_gpu
+
+    @property
+    def where(self) -> str:
+        """The allocator read, in words ("TensorFlow's allocator on CPU:0")."""
+        return f"{self.counter.framework}'s allocator on {self.counter.device}"
+
+    def measure(self, batch_size: int, with_lms: bool = False, options: dict | None = None,
+                steps: int = MEASURED_STEPS) -> MeasuredStep:
+        """``steps`` + 1 steps at ``batch_size`` (with LMS where ``with_lms``, its ``options`` over the meter's),
+        the first not read; the model and the random state end as they were, whatever happens. A batch measured
+        the same way before is not measured again."""
+        key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
+        if key in self._known:
+            return self._known[key]
+        from ...fit.runs import FairStart
+        from ..callback import LMS
+        from ..samples import take_samples
+
+        arrays = take_samples(self.data, batch_size * (steps + 1))
+        peaks = StepPeaks(self.counter)
+        warm = _SkipFirst(peaks)
+        lms = [LMS(verbose=0, **{**self.lms_options, **(options or {})})] if with_lms else []
+        history = getattr(self.model, "history", None)
+        random_state, numpy_state = random.getstate(), np.random.get_state()
+        start = FairStart(self.model, reseed=False)
+        try:
+            outcome = start.run(self.model.fit, arrays, {"batch_size": batch_size, "epochs": 1, "shuffle": False,
+                                                         "verbose": 0}, lms + [warm], steps + 1)
+        except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
+            outcome = None
+        finally:
+            start.restore()
+            random.setstate(random_state)
+            np.random.set_state(numpy_state)
+            self.model.history = history
+        if outcome is None or outcome.status == "oom":
+            found = MeasuredStep(batch_size, with_lms, None, out_of_memory=True)
+        else:
+            read = peaks.step_bytes or [0]
+            found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)))
+        self.measured.append(found)
+        self._known[key] = found
+        return found
+
+
+class _SkipFirst(keras.callbacks.Callback):
+    """Passes every step but the first (which traces) to ``peaks``."""
+
+    def __init__(self, peaks: StepPeaks):
+        super().__init__()
+        self.peaks, self._seen = peaks, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._seen:
+            self.peaks.on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._seen:
+            self.peaks.on_train_batch_end(batch, logs)
+        self._seen += 1
+
+
+def step_meter(model, data, device: str | None, lms_options: dict | None = None) -> tuple[StepMeter | None, str]:
+    """The meter of the device LMS relieves (``device``: "/GPU:0", "/CPU:0" simulated), or None and why not.
+
+    Example:
+        >>> print(step_meter(None, None, None)[1])
+        no accelerator to measure on: the figures are the graph's tensors only
+    """
+    from ..devices import is_simulated
+
+    if device is None or device.startswith("/CPU") and not is_simulated(device):
+        return None, "no accelerator to measure on: the figures are the graph's tensors only"
+    from ...memory.frameworks import discover_counters
+
+    wanted = device.strip("/").lower().replace("gpu:", "cuda:") if keras.backend.backend() == "torch" else \
+        device.strip("/").lower()
+    counters = [counter for counter in discover_counters()[0]
+                if counter.resettable and counter.device.lower() == wanted]
+    if not counters:
+        return None, (f"{device}'s allocator cannot be read and reset on {keras.backend.backend()}: the figures are "
+                      "the graph's tensors only")
+    return StepMeter(model, data, counters[0], lms_options), ""
+
+
+__all__ = ["MEASURED_STEPS", "StepMeter", "StepPeaks", "step_meter"]

@@ -1,0 +1,120 @@
+"""The largest batch confirmed by real steps (lms/explain/confirm.py, measured.py): the search against a bisection
+of real steps, and steps on the simulated accelerator that leave the model as it was."""
+
+import random
+
+import numpy as np
+import pytest
+
+from lms_magic.lms.explain.confirm import MeasuredStep, confirm_largest
+
+
+def bisection(fits, limit=1 << 16) -> int:
+    """The largest batch a plain bisection of real steps finds (doubling, then halving the gap)."""
+    low, high = 0, 1
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def test_the_confirmed_batch_is_the_one_a_bisection_of_real_steps_finds():
+    """Devices holding 0.7x to 1.5x what the replay predicts, a constant apart: the search ends where a
+    bisection does, in a few steps where the prediction's ratio holds."""
+    rng = random.Random(5)
+    reached = 0
+    for _ in range(200):
+        per_sample, fixed = rng.randint(1_000, 50_000), rng.randint(0, 200_000)
+        held, extra = rng.uniform(0.7, 1.5), rng.randint(0, 300_000)
+        persistent, limit = rng.randint(0, 1_000_000), rng.randint(2_000_000, 60_000_000)
+        predicted = lambda batch: fixed + per_sample * batch  # noqa: E731
+        real = lambda batch: int(held * predicted(batch)) + extra  # noqa: E731
+        fits = lambda batch: persistent + real(batch) <= limit  # noqa: E731
+        if not fits(1):
+            continue
+        guess = max(1, (limit - persistent - fixed) // per_sample)
+        found = confirm_largest(lambda batch: MeasuredStep(batch, False, real(batch)), predicted, persistent,
+                                limit, guess, max_steps=8)
+        assert found.exact and found.batch_size == bisection(fits)
+        assert found.total_bytes == persistent + real(found.batch_size) <= found.limit_bytes
+        assert len(found.tried) <= 4, [step.batch_size for step in found.tried]
+        reached += 1
+    assert reached > 150
+
+
+def test_steps_that_run_out_of_memory_halve_the_batch_until_one_fits():
+    measured = []
+
+    def measure(batch):
+        measured.append(batch)
+        return MeasuredStep(batch, False, None, out_of_memory=True) if batch > 37 else \
+            MeasuredStep(batch, False, 100 * batch)
+
+    found = confirm_largest(measure, lambda batch: 100 * batch, 0, 10**6, predicted_largest=400, max_steps=12)
+    assert found.batch_size == 37 and found.exact, measured
+    assert measured[:3] == [400, 200, 100]  # nothing measured to correct by: halved
+
+
+def test_a_search_cut_short_says_that_the_batch_above_was_not_measured():
+    found = confirm_largest(lambda batch: MeasuredStep(batch, False, 10 * batch), lambda batch: batch, 0, 10_000,
+                            predicted_largest=10, max_steps=1)
+    assert (found.batch_size, found.exact) == (10, False)
+    assert "11 and above not measured" in found.words
+
+
+@pytest.fixture
+def simulated(monkeypatch, devices):
+    """The tests' split CPU as simulate_accelerator's device of 32 MiB, put back after."""
+    import lms_magic
+    from lms_magic.lms import devices as lms_devices
+
+    for name in ("_simulated", "_simulated_memory_bytes"):
+        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
+    lms_magic.simulate_accelerator(memory="32MiB")
+
+
+def state(model):
+    return [np.array(v.numpy()) for v in model.variables + model.optimizer.variables + model.metrics_variables]
+
+
+def test_explain_fit_confirms_the_largest_plain_batch_by_steps_and_leaves_the_model_as_it_was(simulated):
+    import keras
+
+    from lms_magic import explain_fit
+    from lms_magic.lms.explain.explain_fit import NOT_MEASURABLE
+    from tests.models import encoder_decoder, pixel_labels
+
+    model = encoder_decoder(32)
+    data = pixel_labels(64, 32)
+    model.fit(*data, batch_size=8, epochs=1, verbose=0)  # a model with a history, optimizer state and metrics
+    before, history = state(model), model.history
+    np.random.seed(3)
+    numpy_before = np.random.get_state()[1].copy()
+    found = explain_fit(model, data, batch_size=64, modes=("without LMS", "LMS"), confirm=True, min_bytes=0)
+    plain, lms = found.modes
+    confirmed = plain.confirmed
+    assert confirmed is not None and confirmed.batch_size > 0 and confirmed.exact, found
+    at = {step.batch_size: step for step in confirmed.tried}
+    # the batch confirmed measured within the limit, the one above it measured past it
+    assert confirmed.total_bytes <= found.plain_usable_bytes
+    above = at[confirmed.batch_size + 1]
+    assert above.out_of_memory or found.modes[0].confirmed.limit_bytes < \
+        confirmed.total_bytes - at[confirmed.batch_size].step_bytes + above.step_bytes
+    assert found.correction is not None and found.correction.measured_bytes > 0
+    assert lms.confirmed is None and lms.note == NOT_MEASURABLE  # the shared CPU allocator: not measurable
+    text = str(found)
+    assert f"confirmed by a step at {confirmed.batch_size}" in text and "TensorFlow's allocator on CPU:0" in text
+    assert all(np.array_equal(a, b) for a, b in zip(before, state(model)))
+    assert model.history is history and np.array_equal(np.random.get_state()[1], numpy_before)
+    keras.backend.clear_session()
+
+
+def test_confirm_without_a_device_to_measure_on_says_what_to_do(devices):
+    from lms_magic import explain_fit
+    from tests.models import images, reference_cnn_small
+
+    with pytest.raises(ValueError, match="confirm=True: no accelerator to measure on.*leave confirm out"):
+        explain_fit(reference_cnn_small(), images(16, 32), batch_size=8, capacity="64MiB", confirm=True,
+                    device="/CPU:0", host_device="/CPU:1")

@@ -45,9 +45,11 @@ class Backend(Protocol):
     # Optional: ``batch_shapes``, the batch's ``(shape, dtype)`` leaves as its step saw them (``samples.batch_shapes``),
     # on which the callback explains an out-of-memory error of an LMS step; None or absent: a shorter message.
 
-    def first_step_done(self) -> Action:
+    def first_step_done(self, measured_step_bytes: int | None = None) -> Action:
         """After the first LMS step (and after the first step of a retrace): fills in the stats (what moved,
-        the device peaks) and says what the callback does next."""
+        the device peaks) and says what the callback does next. ``measured_step_bytes``: the step's peak over what
+        the device held before it, from the device's allocator where the callback read it (a GPU's; TensorFlow
+        plans again where it held more than the plan was allowed; the others' peaks are their own already)."""
 
     def summary_line(self) -> str:
         """One line for the user: what moves, and the peaks."""

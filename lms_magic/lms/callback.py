@@ -126,6 +126,10 @@ class LMS(keras.callbacks.Callback):
         self._backend: Backend | None = None  # while a fit with this callback runs
         self._function: LmsTrainFunction | None = None  # while a fit with this callback runs
         self._summary_line = ""
+        # the device's allocator, read around each step whose plan is checked (an AllocatorCounter: a GPU's,
+        # found at the fit's start where this is None; tests give a fake)
+        self.allocator = None
+        self._counter, self._held_before = None, 0
 
     @classmethod
     def from_options(cls, options: LmsOptions, backend: BackendFactory | None = None) -> "LMS":
@@ -182,16 +186,21 @@ class LMS(keras.callbacks.Callback):
             self.stats.reason = "n_tensors=0: LMS is off"
             return
         self._backend = make(self._keras_model, options, self.stats)
+        self._counter = self.allocator if self.allocator is not None else _gpu_allocator(options.device)
         self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._function is not None:
             self._function.arm()
+            if self._summary_due and self._counter is not None:  # a step whose plan is checked: measured
+                self._counter.reset()
+                self._held_before = self._counter.read()[0]
 
     def on_train_batch_end(self, batch, logs=None):
         if self._function is None or not self._summary_due:
             return
-        action = self._backend.first_step_done()
+        measured = None if self._counter is None else max(0, self._counter.read()[1] - self._held_before)
+        action = self._backend.first_step_done() if measured is None else self._backend.first_step_done(measured)
         if action is Action.RETRACE:  # the next step traces the backend's new plan, and is checked in turn
             self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
             return
@@ -294,6 +303,19 @@ class LMS(keras.callbacks.Callback):
         backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
+
+
+def _gpu_allocator(device: str | None):
+    """The allocator counter of ``device`` where it is a GPU whose framework lets its peak be reset; else None
+    (``simulate_accelerator``'s device shares TensorFlow's one CPU allocator with the host, so its figures would
+    count what LMS moved there)."""
+    if device is None or not device.upper().lstrip("/").startswith(("GPU", "CUDA")):
+        return None
+    from ..memory.frameworks import discover_counters
+
+    wanted = device.strip("/").lower()
+    return next((counter for counter in discover_counters()[0] if counter.resettable and counter.gpu_index is not None
+                 and counter.device.lower() in (wanted, wanted.replace("gpu", "cuda"))), None)
 
 
 def _not_honoured(options: LmsOptions, unavailable: dict[str, str]) -> list[str]:

@@ -70,6 +70,11 @@ class LmsStats:
     compute_s: float | None = None  # the plain step's compute time the ratio is made with
     compute_source: str | None = None  # "measured: ..." or "estimated: ..."
     planning_s: float | None = None  # the plan search's time (TensorFlow)
+    # the first step of the plan that runs, read from the device's allocator (a GPU's): the weights and optimizer
+    # state plus the step's peak over what the device held before it; None where not read
+    measured_step_peak_bytes: int | None = None
+    predicted_step_peak_bytes: int | None = None  # what the plan predicted for that step
+    replanned: bool = False  # the plan was made again after its first step held more than it was allowed
     # the model asks for XLA (jit_compile; torch.compile on PyTorch) and LMS turned it off for its steps (the
     # predicted peaks are of the graph without XLA); False after LMS stepped out (later steps ran with it)
     jit_compile_off: bool = False

@@ -222,7 +222,7 @@ class JaxBackend:
     def step_scope(self):
         return contextlib.nullcontext()
 
-    def first_step_done(self) -> Action:
+    def first_step_done(self, measured_step_bytes: int | None = None) -> Action:
         """After the first step: the plan's predicted step time (``predicted_step_ratio``), from XLA's FLOP count
         of the step and the host link (``compute.step_cost``)."""
         if self._costed is not None and self.recompute is False:

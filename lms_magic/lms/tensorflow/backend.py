@@ -26,6 +26,7 @@ from ... import internals
 from ...units import format_size
 from .. import samples as _samples
 from ..backend import Action
+from ..core.measured import budget_after_measuring
 from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
@@ -87,6 +88,7 @@ class TensorFlowBackend:
         self._run_metadata: list = []
         self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
         self._retraces = 0
+        self._retrace_limit = 2  # retraces a plan may take (2 more after a measured step re-plans)
         self._persistent_tensors = None
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
         self._memo_key = None  # what this fit's plan is remembered under (memo.py)
@@ -218,19 +220,42 @@ class TensorFlowBackend:
                               records=records, planning_s=0.0, plans_tried=0)
         return True
 
-    def first_step_done(self) -> Action:
-        """After the first LMS step (and the first after a retrace): the plan checked (``_check_first_step``) and,
+    def first_step_done(self, measured_step_bytes: int | None = None) -> Action:
+        """After the first LMS step (and the first after a retrace): the plan checked (``_check_first_step``), then
+        against the allocator's ``measured_step_bytes`` where the callback read them (``_check_measured``) and,
         once it stands, remembered for later fits; where this fit reuses a plan, what that fit ended with."""
         if self._remembered is not None:
             remembered, self._remembered = self._remembered, None
             return Action.STEP_OUT if remembered.stepped_out else Action.KEEP
         action = self._check_first_step()
+        if action is Action.KEEP and measured_step_bytes is not None:
+            action = self._check_measured(measured_step_bytes)
         if action is not Action.RETRACE and self._memo_key is not None and self._retraces < 2:
             moved = () if action is Action.STEP_OUT else self._chosen.get(self.stats.batch_size, ())
             PLANS.remember(self.model, self._own_function, self._memo_key,
                            RememberedPlan(tuple(moved), self.stats, action is Action.STEP_OUT))
             self._memo_key = None
         return action
+
+    def _check_measured(self, step_bytes: int) -> Action:
+        """The plan that ran against what the device's allocator held in its step: where more than the plan was
+        allowed, planned once more for the budget the device holds (``core.measured``) from a probe step."""
+        stats, plan = self.stats, self._plan
+        persistent = self._persistent_bytes()
+        predicted = (stats.device_peak_bytes or persistent) - persistent
+        stats.update(measured_step_peak_bytes=persistent + step_bytes, predicted_step_peak_bytes=persistent + predicted)
+        allowed = plan.budget_bytes if plan is not None else None
+        budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
+        if budget is None or stats.replanned or plan is None or not self._searched(plan):
+            return Action.KEEP
+        stats.replanned, self._retrace_limit = True, self._retraces + 2
+        self.planner.budget_bytes = budget
+        eligible = [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
+        return self._retrace(eligible, probing=True, note=(
+            f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
+            f"above the {format_size(allowed)} the plan was allowed ({format_size(persistent + predicted)} "
+            f"predicted): planned again for {format_size(budget)} in the replay's bytes, from a step that swaps "
+            "every eligible tensor"))
 
     def _trusted_fit(self, plan: Plan | None, batch: int | None) -> bool:
         """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
@@ -300,7 +325,7 @@ class TensorFlowBackend:
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(_messages.why_nothing(self._plan))
             return Action.KEEP
-        searching = self._plan is not None and self._searched(self._plan) and self._retraces < 2
+        searching = self._plan is not None and self._searched(self._plan) and self._retraces < self._retrace_limit
         # a probe's own figures are read only where its plan stands: not replayed before the search says so
         probe = searching and self._probing
         try:
@@ -328,7 +353,7 @@ class TensorFlowBackend:
                 with_lms, _, _ = self._executed_peaks(partitions, without_lms=False)
                 self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
         elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
-                self._retraces < 2:  # a plan given by a count: its first step swapped it
+                self._retraces < self._retrace_limit:  # a plan given by a count: its first step swapped it
             action = self._hybrid_check(lambda: _executed.ExecutedStep(partitions, self.device, self.step),
                                         with_lms["bytes"])
         cost = self.planner.cost

@@ -119,7 +119,7 @@ class TorchBackend:
                  recomputed(self._recomputed) if self._recomputed else contextlib.nullcontext()):
             yield
 
-    def first_step_done(self) -> Action:
+    def first_step_done(self, measured_step_bytes: int | None = None) -> Action:
         """After the first step: the plan made on its saved activations (or an earlier fit's taken over), and
         remembered for later fits."""
         if self._remembered is not None:

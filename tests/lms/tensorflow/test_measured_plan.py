@@ -1,0 +1,70 @@
+"""LMS's plan checked against the device's allocator after its first step (callback.py, backend._check_measured):
+planned again where the device held more than the plan was allowed, kept where it held within. The allocator is a
+fake here (a GPU's is read on a GPU; the simulated accelerator shares TensorFlow's CPU allocator with the host)."""
+
+import numpy as np
+
+from lms_magic import LMS
+from tests import models
+
+
+class Allocator:
+    """A device's allocator as LMS reads it: each step holds ``step_bytes(swapped tensors)`` over the ``held``
+    before it (``swapped``: the count of the plan running, from its callback's stats)."""
+
+    framework, device, gpu_index, resettable = "TensorFlow", "GPU:0", 0, True
+
+    def __init__(self, step_bytes, held: int = 1 << 20):
+        self.bytes_for, self.held, self.stats = step_bytes, held, None
+        self.step_bytes: list[int] = []
+
+    def reset(self):
+        pass
+
+    def read(self):
+        self.step_bytes.append(self.bytes_for(self.stats().swapped_tensors))
+        return self.held, self.held + self.step_bytes[-1]
+
+
+def fit(devices, budget, allocator=None):
+    callback = LMS(device=devices.accelerator, host_device=devices.host, min_bytes=0, verbose=0, budget=budget)
+    callback.allocator = allocator
+    if allocator is not None:
+        allocator.stats = lambda: callback.stats
+    model = models.reference_cnn_small()
+    x, y = models.images(256, 32)
+    history = model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    return callback.stats, history
+
+
+def test_a_plan_whose_first_step_held_more_than_allowed_is_made_again_for_what_the_device_holds(devices):
+    # a budget between the step without LMS and with every candidate swapped: the plan moves some of them
+    plain_stats, _ = fit(devices, budget=None)
+    persistent = plain_stats.persistent_bytes
+    lowest = persistent + (plain_stats.device_peak_bytes_without_lms - persistent) // 3
+    budget = (lowest + plain_stats.device_peak_bytes_without_lms) // 2
+    first, _ = fit(devices, budget)
+    assert first.swapped_tensors and first.device_peak_bytes <= budget and not first.replanned
+    # the device holds 1.3x the step bytes the first plan predicts, above the budget; within it where more moves
+    first_step = int(1.3 * (first.device_peak_bytes - persistent))
+    assert persistent + first_step > budget
+    stats, history = fit(devices, budget, Allocator(
+        lambda swapped: first_step if swapped == first.swapped_tensors else (budget - persistent) * 9 // 10))
+    assert stats.replanned and any("planned again" in note for note in stats.notes), stats.notes
+    # the plan made again moves more; its step, measured, fits the budget, and the stats show that step
+    assert stats.swapped_bytes_per_step > first.swapped_bytes_per_step
+    assert stats.predicted_step_peak_bytes == stats.device_peak_bytes < first.device_peak_bytes
+    assert stats.measured_step_peak_bytes <= budget
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_plan_whose_first_step_held_within_what_it_was_allowed_stands(devices):
+    plain_stats, _ = fit(devices, budget=None)
+    persistent = plain_stats.persistent_bytes
+    budget = (persistent + plain_stats.device_peak_bytes_without_lms) // 2
+    first, _ = fit(devices, budget)
+    allocator = Allocator(lambda swapped: int(0.9 * (first.device_peak_bytes - persistent)))
+    stats, _ = fit(devices, budget, allocator)
+    assert not stats.replanned and stats.swapped_tensors == first.swapped_tensors
+    assert stats.measured_step_peak_bytes == persistent + allocator.step_bytes[-1]
+    assert stats.notes == first.notes  # no step more traced or probed

@@ -137,7 +137,8 @@ def confirmed_on_the_demo(memory: str) -> list[Figure]:
     import lms_magic
 
     lms_magic.simulate_accelerator(memory=memory)
-    found = lms_magic.explain_fit(_model(), _data(DEMO_BATCH, 1), batch_size=DEMO_BATCH, modes=("without LMS",))
+    found = lms_magic.explain_fit(_model(), _data(DEMO_BATCH, 1), batch_size=DEMO_BATCH, modes=("without LMS",),
+                                  confirm=False)  # the replay alone (closed_loop.py: corrected and confirmed)
     print(found, flush=True)
     predicted = found.modes[0].largest_batch
     largest, _ = confirmed(predicted, found.usable_bytes, memory, lms=False)

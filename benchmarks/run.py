@@ -76,6 +76,11 @@ REGISTRY = [
               "explain_speed.py", ("--batch", "64", "--step", "64", "--largest", "1024"), backend="torch"),
     Benchmark("explain_speed_jax", "explain_fit on JAX, ResNet-50 224x224 at 256: the out-of-memory account", 1,
               "explain_speed.py", ("--batch", "256", "--largest", "0", "--runs", "2"), backend="jax"),
+    Benchmark("closed_loop", "explain_fit against TensorFlow's allocator on 5 models (simulated device): the peak "
+              "predicted and corrected over measured, the largest batch confirmed against a bisection", 18,
+              "closed_loop.py"),
+    Benchmark("batch_size_max", "%%lms_fit --batch-size max on lms_demo's CNN (64 MiB) over the fit at its batch alone",
+              4, "batch_size_max.py"),
     Benchmark("largest_batch", "explain_fit's largest batch each way in 16 GiB: ResNet-50, DenseNet-121 224x224", 0.5,
               "largest_batch.py"),
     Benchmark("largest_batch_confirmed", "the demo CNN's largest batch on 64 MiB: predicted, and confirmed by fits",

@@ -7,8 +7,12 @@ places the model's ops by default) and ``/CPU:1`` the host, so that
 ``%%lms_fit`` and ``%lms_tune`` show the swaps and the predicted accelerator
 peaks; with ``accelerators=N``, ``/CPU:0`` .. ``/CPU:N-1`` play N accelerators
 (for a ``MirroredStrategy``) and ``/CPU:N`` the host. The memory is the same
-RAM: the figures are the liveness replay's predictions, not a GPU's
-measurements.
+RAM, in TensorFlow's one CPU allocator: a plain step's peak can be read from it
+(``explain_fit``'s measured steps), a step with LMS's cannot (what moved to the
+host counts there too). One accelerator runs one op at a time, as a GPU's compute
+stream does (and as the liveness replay models): TensorFlow's CPU otherwise runs
+independent ops side by side, and a step's measured peak then holds more, and
+moves from step to step (docs/measurements.md).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ def simulate_accelerator(memory=None, accelerators: int = 1) -> bool:
     play N accelerators (a ``tf.distribute.MirroredStrategy`` over them trains a replica on each, as on
     Kaggle's two GPUs) and ``/CPU:N`` the host.
 
-    Call it before TensorFlow runs anything (right after ``%load_ext lms_magic``).
+    Call it before TensorFlow runs anything (right after ``%load_ext lms_magic``). With one accelerator,
+    TensorFlow runs one op at a time (``inter_op_parallelism_threads`` 1; each op still uses every core).
 
     Args:
         memory: the simulated accelerator's capacity, in bytes or as "512MiB": LMS then plans to fit it, as
@@ -68,6 +73,8 @@ def simulate_accelerator(memory=None, accelerators: int = 1) -> bool:
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * (accelerators + 1))
+        if accelerators == 1:  # one op at a time, as on a GPU's stream (several: their collectives run side by side)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
     except RuntimeError:  # initialised: fine if already split so (a second call)
         if len(tf.config.list_logical_devices("CPU")) >= accelerators + 1:
             _simulated, _simulated_memory_bytes, _accelerators = True, memory_bytes, accelerators

@@ -324,7 +324,7 @@ class Plan:
 def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
                transient_peak: Callable[[list[Candidate]], int] | None, persistent_bytes: int = 0,
                budget_bytes: int | None = None, capacity_bytes: int | None = None,
-               cost: StepCost | None = None) -> Plan:
+               cost: StepCost | None = None, tolerance: float = PEAK_TOLERANCE) -> Plan:
     """The one planning rule of LMS: which candidates move.
 
     An explicit option wins: a ``budget_bytes`` takes the fewest bytes whose predicted peak
@@ -333,7 +333,9 @@ def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
     it: nothing when the step fits its usable part (:func:`usable_bytes`), else the fewest bytes that
     fit, else (nothing fits) the lowest peak, said in ``note``. Else the lowest predicted peak (see
     :func:`lowest_peak_plan`). Without a predictor (``transient_peak`` None), the default moves every
-    eligible candidate. With a ``cost``, the plan carries its predicted ``step_ratio``: the plans are
+    eligible candidate. ``tolerance``: the lowest-peak plans' (``PEAK_TOLERANCE``; the hybrid plan asks 0, the
+    lowest itself, so that it never predicts above swapping everything). With a ``cost``, the plan carries its
+    predicted ``step_ratio``: the plans are
     prefixes in forward order (the first activations, whose copies have the longest forward-to-backward
     gap to hide in, move first; the last layers', whose copies back cannot hide, last), and the cost grows
     with the bytes moved, so the fewest bytes that fit is also the least predicted step time.
@@ -360,13 +362,14 @@ def plan_swaps(selection: Selection, candidates: Iterable[Candidate],
         >>> round(plan_swaps(Selection(n_tensors=-1), cands, peak, 400, cost=cost).step_ratio, 3)  # 5 us out, 4 hide
         1.083
     """
-    plan = _planned(selection, candidates, transient_peak, persistent_bytes, budget_bytes, capacity_bytes)
+    plan = _planned(selection, candidates, transient_peak, persistent_bytes, budget_bytes, capacity_bytes, tolerance)
     if cost is None:
         return plan
     return dataclasses.replace(plan, step_ratio=cost.ratio(plan.moved_bytes))
 
 
-def _planned(selection, candidates, transient_peak, persistent_bytes, budget_bytes, capacity_bytes) -> Plan:
+def _planned(selection, candidates, transient_peak, persistent_bytes, budget_bytes, capacity_bytes,
+             tolerance: float) -> Plan:
     eligible = selection.eligible(candidates)
 
     def predicted_peak(chosen):
@@ -391,12 +394,12 @@ def _planned(selection, candidates, transient_peak, persistent_bytes, budget_byt
         try:
             return _plan(fewest_swaps_within(eligible, usable, predicted_peak), Rule.FITS_DEVICE, usable)
         except BudgetError:
-            lowest = lowest_peak_plan(eligible, predicted_peak)
+            lowest = lowest_peak_plan(eligible, predicted_peak, tolerance)
             note = (f"the step does not fit the device even so: predicted {format_size(lowest.peak_bytes)} with the "
                     f"lowest-peak plan, above {format_size(usable)} ({1 - CAPACITY_HEADROOM:.0%} of its "
                     f"{format_size(capacity_bytes)}); try a smaller batch")
             return _plan(lowest, Rule.FITS_DEVICE, usable, note)
-    return _plan(lowest_peak_plan(eligible, predicted_peak), Rule.LOWEST_PEAK)
+    return _plan(lowest_peak_plan(eligible, predicted_peak, tolerance), Rule.LOWEST_PEAK)
 
 
 def _plan(search: PlanSearch, rule: Rule, budget_bytes: int | None = None, note: str = "") -> Plan:

@@ -89,27 +89,11 @@ class StepMeter:
         key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
         if key in self._known:
             return self._known[key]
-        from ...fit.runs import FairStart
         from ..callback import LMS
-        from ..samples import take_samples
 
-        arrays = take_samples(self.data, batch_size * (steps + 1))
         peaks = StepPeaks(self.counter)
-        warm = _SkipFirst(peaks)
         lms = [LMS(verbose=0, **{**self.lms_options, **(options or {})})] if with_lms else []
-        history = getattr(self.model, "history", None)
-        random_state, numpy_state = random.getstate(), np.random.get_state()
-        start = FairStart(self.model, reseed=False)
-        try:
-            outcome = start.run(self.model.fit, arrays, {"batch_size": batch_size, "epochs": 1, "shuffle": False,
-                                                         "verbose": 0}, lms + [warm], steps + 1)
-        except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
-            outcome = None
-        finally:
-            start.restore()
-            random.setstate(random_state)
-            np.random.set_state(numpy_state)
-            self.model.history = history
+        outcome = self._run(batch_size, lms, _SkipFirst(peaks), steps)
         if outcome is None or outcome.status == "oom":
             found = MeasuredStep(batch_size, with_lms, None, out_of_memory=True)
         else:
@@ -118,6 +102,28 @@ class StepMeter:
         self.measured.append(found)
         self._known[key] = found
         return found
+
+    def _run(self, batch_size: int, lms: list, peaks, steps: int):
+        """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:
+        no plan of LMS's fits its budget)."""
+        from ...fit.runs import FairStart
+        from ..samples import take_samples
+
+        arrays = take_samples(self.data, batch_size * (steps + 1))
+        history = getattr(self.model, "history", None)
+        random_state, numpy_state = random.getstate(), np.random.get_state()
+        start = FairStart(self.model, reseed=False)
+        try:
+            outcome = start.run(self.model.fit, arrays, {"batch_size": batch_size, "epochs": 1, "shuffle": False,
+                                                         "verbose": 0}, lms + [peaks], steps + 1)
+        except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
+            outcome = None
+        finally:
+            start.restore()
+            random.setstate(random_state)
+            np.random.set_state(numpy_state)
+            self.model.history = history
+        return outcome
 
 
 class _SkipFirst(keras.callbacks.Callback):

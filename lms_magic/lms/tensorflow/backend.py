@@ -26,7 +26,6 @@ from ... import internals
 from ...units import format_size
 from .. import samples as _samples
 from ..backend import Action
-from ..core.measured import budget_after_measuring
 from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
@@ -238,24 +237,17 @@ class TensorFlowBackend:
         return action
 
     def _check_measured(self, step_bytes: int) -> Action:
-        """The plan that ran against what the device's allocator held in its step: where more than the plan was
-        allowed, planned once more for the budget the device holds (``core.measured``) from a probe step."""
-        stats, plan = self.stats, self._plan
-        persistent = self._persistent_bytes()
-        predicted = (stats.device_peak_bytes or persistent) - persistent
-        stats.update(measured_step_peak_bytes=persistent + step_bytes, predicted_step_peak_bytes=persistent + predicted)
-        allowed = plan.budget_bytes if plan is not None else None
-        budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
-        if budget is None or stats.replanned or plan is None or not self._searched(plan):
+        """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``):
+        where more than the plan was allowed, planned once more from a step that swaps every eligible tensor."""
+        plan = self._plan
+        note = self.planner.measured(step_bytes, plan, plan is not None and self._searched(plan))
+        if note is None:
             return Action.KEEP
-        stats.replanned, self._retrace_limit = True, self._retraces + 2
-        self.planner.budget_bytes = budget
-        eligible = [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
-        return self._retrace(eligible, probing=True, note=(
-            f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
-            f"above the {format_size(allowed)} the plan was allowed ({format_size(persistent + predicted)} "
-            f"predicted): planned again for {format_size(budget)} in the replay's bytes, from a step that swaps "
-            "every eligible tensor"))
+        self._retrace_limit = self._retraces + 2
+        return self._retrace(self._eligible_names(), probing=True, note=note)
+
+    def _eligible_names(self) -> list[str]:
+        return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
 
     def _trusted_fit(self, plan: Plan | None, batch: int | None) -> bool:
         """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
@@ -391,8 +383,7 @@ class TensorFlowBackend:
         plan = self._plan
         if not self._probing:
             if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
-                eligible = [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
-                return self._retrace(eligible, probing=True, note=(
+                return self._retrace(self._eligible_names(), probing=True, note=(
                     f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
                     f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
                     "step, to plan on its graphs"))
@@ -451,6 +442,7 @@ class TensorFlowBackend:
         the model's own step (nothing inserted), so it goes on, and nothing is traced again; where the model asks
         for XLA, the model's own train function takes over from the next step, with XLA."""
         why = _messages.fits_with_room(self._plan)
+        self.stats.update(predicted_step_ratio=1.0)  # nothing moves: the model's own step
         if internals.jit_compile_requested(self.model):
             return self._step_out(why)
         self.stats.notes.append(f"{why}: nothing moves, no step was probed, and the step runs as traced, the "

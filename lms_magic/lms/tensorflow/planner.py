@@ -15,7 +15,9 @@ from typing import Callable
 
 import tensorflow as tf
 
-from ..core.plan import PLANNED, BudgetError, Plan, Rule, plan_swaps
+from ...units import format_size
+from ..core.measured import budget_after_measuring
+from ..core.plan import PEAK_TOLERANCE, PLANNED, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import messages as _messages
@@ -107,7 +109,26 @@ class TracePlanner:
         return plan_swaps(selection, [item.candidate for item in candidates],
                           lambda cands: transient_peak([by_tensor[c.tensor] for c in cands]),
                           self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
-                          self.cost)
+                          self.cost, 0.0 if self.recompute is True else PEAK_TOLERANCE)
+
+    def measured(self, step_bytes: int, plan: Plan | None, searched: bool) -> str | None:
+        """The plan that ran (``plan``) against the allocator's ``step_bytes`` in its first step, in the stats:
+        where the device held more than the plan was allowed and the plan is searched (and not made again
+        already), the budget the device holds from now on (``core.measured``), and the note of the re-plan;
+        else None."""
+        stats = self.stats
+        persistent = self._persistent_bytes()
+        predicted = (stats.device_peak_bytes or persistent) - persistent
+        stats.update(measured_step_peak_bytes=persistent + step_bytes, predicted_step_peak_bytes=persistent + predicted)
+        allowed = plan.budget_bytes if plan is not None else None
+        budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
+        if budget is None or stats.replanned or not searched:
+            return None
+        stats.replanned, self.budget_bytes = True, budget
+        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
+                f"above the {format_size(allowed)} the plan was allowed ({format_size(persistent + predicted)} "
+                f"predicted): planned again for {format_size(budget)} in the replay's bytes, from a step that swaps "
+                "every eligible tensor")
 
     def check_budget(self, original, data) -> None:
         """Plans on a throwaway trace of ``original`` (the train step), so an impossible budget is refused before

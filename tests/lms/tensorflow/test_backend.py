@@ -377,7 +377,7 @@ def test_where_the_step_fits_the_device_with_room_nothing_is_probed_or_traced_ag
     # and TensorFlow traces a function that made variables again); LMS builds them before it
     assert len(traces) == 1 < len(plain_traces)
     assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == 2 * plain_peak
-    assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0
+    assert stats.swapped_tensors == 0 and stats.swapped_bytes_per_step == 0 and stats.predicted_step_ratio == 1.0
     assert stats.steps == 4 and stats.partition_graphs is None and backend.executed is None  # no probe, no replay
     assert stats.prediction_source == "traced graph"
     assert any("the step fits the device with room" in note and "no step was probed" in note for note in stats.notes)

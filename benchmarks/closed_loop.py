@@ -1,0 +1,140 @@
+"""explain_fit's closed loop on models the docs do not use, against TensorFlow's allocator (issue 54's numbers).
+
+On ``simulate_accelerator``'s device (oneDNN on), per model:
+- the replay's and the corrected prediction of the peak without LMS over the measured one, at batch sizes other
+  than the one the correcting step ran at; measured: the allocator's peak of a plain step over what the device
+  held before it, the median of 3 steps in a fresh process, the median of 3 processes;
+- the largest plain batch: the replay's, the corrected one, the one confirmed by steps (and the steps it took),
+  and the one a bisection of real steps finds (doubling, then halving the gap) with the same meter.
+
+    python benchmarks/closed_loop.py                 # every model
+    python benchmarks/closed_loop.py unet            # one
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from common import CODE, Figure, child_env, report
+
+MODELS = {  # name: (device memory, the batch explain_fit is asked, the batches compared with fresh processes)
+    "unet": ("96MiB", 32, (8, 12, 24)),
+    "convnext": ("96MiB", 48, (8, 16, 32)),
+    "mobilenet_v3": ("96MiB", 48, (8, 16, 32)),
+    "transformer": ("48MiB", 48, (8, 16, 32)),
+    "reference_cnn": ("64MiB", 48, (8, 16, 32)),
+}
+PROCESSES = 3
+
+
+def build(name: str, n: int):
+    from tests import models
+
+    if name == "unet":
+        return models.encoder_decoder(64), models.pixel_labels(n, 64)
+    if name == "convnext":
+        return models.convnext_style(64), models.images(n, 64)
+    if name == "mobilenet_v3":
+        return models.mobilenet_v3_style(64), models.images(n, 64)
+    if name == "transformer":
+        return models.transformer(), models.token_ids(n)
+    return models.reference_cnn((32, 32, 3)), models.images(n, 32)
+
+
+def measure_here(name: str, batch: int) -> int:
+    """The plain step's allocator peak over what the device held before it (median of 3 steps, fresh_peak's)."""
+    from tests.conftest import _split_tensorflow_cpu
+    from tests.lms.tensorflow.fresh_peak import plain_step_peak
+
+    _split_tensorflow_cpu()
+    model, (x, y) = build(name, 2 * batch)
+    return plain_step_peak(model, x, y, batch)
+
+
+def measured(name: str, batch: int) -> int:
+    """The median over PROCESSES fresh processes of ``measure_here``."""
+    peaks = []
+    for _ in range(PROCESSES):
+        done = subprocess.run([sys.executable, __file__, "--measure", name, str(batch)], capture_output=True,
+                              text=True, timeout=600, env=child_env(), cwd=CODE)
+        if done.returncode:
+            raise RuntimeError(done.stderr[-2000:])
+        peaks.append(json.loads(done.stdout.strip().splitlines()[-1])["peak_bytes"])
+    return int(statistics.median(peaks))
+
+
+def bisection(meter, persistent: int, limit: int) -> tuple[int, int]:
+    """The largest batch whose measured plain step (with the persistent bytes) stays within ``limit``, by doubling
+    then halving the gap; and the batch sizes it measured."""
+    def fits(batch):
+        step = meter.measure(batch)
+        return not step.out_of_memory and persistent + step.step_bytes <= limit
+
+    low, high, steps = 0, 1, 0
+    while fits(high):
+        low, high, steps = high, high * 2, steps + 1
+    steps += 1
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+        steps += 1
+    return low, steps
+
+
+def run(name: str) -> list[Figure]:
+    import lms_magic
+
+    memory, asked, batches = MODELS[name]
+    lms_magic.simulate_accelerator(memory=memory)
+    from lms_magic.lms.explain.explain_fit import _Ways
+    from lms_magic.lms.explain.measured import step_meter
+
+    model, data = build(name, 64)
+    replay = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=False, min_bytes=0)
+    found = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=True, min_bytes=0)
+    correction, plain = found.correction, found.modes[0]
+    print(f"{name}: {correction.words}")
+    print(f"{name}: replay's largest {replay.modes[0].largest_batch}, corrected {plain.largest_batch}, "
+          f"{plain.confirmed.words} in {len(plain.confirmed.tried)} batch sizes")
+    ways = _Ways(model, data, min_bytes=0)
+    persistent = ways.predictor.persistent_bytes
+    meter, _ = step_meter(model, data, "/CPU:0")
+    bisected, bisect_steps = bisection(meter, persistent, found.plain_usable_bytes)
+    print(f"{name}: bisection of real steps: {bisected} in {bisect_steps} batch sizes")
+    figures = [Figure(f"{name}: confirmed largest plain batch minus the bisection's", "one run", plain.confirmed.batch_size
+                      - bisected, "batches", goal="within 1"),
+               Figure(f"{name}: batch sizes measured to confirm (bisection: {bisect_steps})", "one run",
+                      len(plain.confirmed.tried), "batch sizes")]
+    replay_ratios, corrected_ratios = [], []
+    for batch in (b for b in batches if b != correction.batch_size):
+        step = ways.predictor.plain_peak_bytes(batch) - persistent
+        real = measured(name, batch)
+        replay_ratios.append(step / real)
+        corrected_ratios.append(step * correction.ratio / real)
+        print(f"{name} batch {batch}: replay {step / 2**20:.1f} MiB, corrected {step * correction.ratio / 2**20:.1f}"
+              f" MiB, measured {real / 2**20:.1f} MiB (median of {PROCESSES} processes)")
+    for label, ratios in (("replay", replay_ratios), ("corrected", corrected_ratios)):
+        figures.append(Figure(f"{name}: {label} over measured peak without LMS, batches {batches}", "each batch",
+                              round(statistics.median(ratios), 3), "x", round(min(ratios), 3), round(max(ratios), 3),
+                              "min-max over the batches", "0.90-1.10"))
+    return figures
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    sys.path.insert(0, str(CODE))
+    if sys.argv[1:2] == ["--measure"]:
+        print(json.dumps({"peak_bytes": measure_here(sys.argv[2], int(sys.argv[3]))}))
+    else:
+        names = sys.argv[1:] or list(MODELS)
+        if len(names) > 1:  # simulate_accelerator's memory is fixed per process: one model a process
+            for model_name in names:
+                subprocess.run([sys.executable, __file__, model_name], check=True, env=child_env(), cwd=CODE)
+        else:
+            report(run(names[0]))

@@ -91,8 +91,8 @@ def run(name: str) -> list[Figure]:
 
     memory, asked, batches = MODELS[name]
     lms_magic.simulate_accelerator(memory=memory)
-    from lms_magic.lms.explain.explain_fit import _Ways
-    from lms_magic.lms.explain.measured import step_meter
+    from lms_magic.lms.explain.replay import _Ways
+    from lms_magic.sizing.measured import step_meter
 
     model, data = build(name, 64)
     replay = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=False, min_bytes=0)

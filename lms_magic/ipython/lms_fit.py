@@ -115,7 +115,7 @@ class LmsFitMagics(Magics):
     @staticmethod
     def _at_largest(runner, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
         """``fit_kwargs`` at the largest batch (``largest_batch``), and the runner's LMS options for it."""
-        from ..lms.explain.largest import largest_batch
+        from ..sizing.largest import largest_batch
 
         x = fit_args[0] if fit_args else fit_kwargs.get("x")
         y = fit_args[1] if len(fit_args) > 1 else fit_kwargs.get("y")

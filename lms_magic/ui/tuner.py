@@ -322,7 +322,7 @@ class Tuner:
     def show_frontier(self):
         """The frontier (``explain_fit``): predicted peak by batch size, without LMS and with its plan, at the batch
         slider's sizes, against the budget; a plan search per size, so it waits for the button."""
-        from ..lms.explain.explain_fit import explain_fit
+        from ..sizing.explain_fit import explain_fit
         from .plots import display_figure, frontier_figure
 
         session = self.session

@@ -1,8 +1,9 @@
-"""Why a fit does not fit, and what will, without training.
+"""Why a fit does not fit, and what will, from the step's replay.
 
-``explain_fit.py`` (``explain_fit``: the step's peak by kind and by Keras layer, the largest batch each way of
-training fits, the frontier) over ``predictors.py`` (one backend predictor per way of training, each answering
-``core.prediction.StepPredictor``) and ``search.py`` (the largest batch that fits); ``results.py`` holds what it
-finds. ``account.py`` is the out-of-memory account: the text the ``LMS`` callback and the magics print above an
+``replay.py`` (``explained``: the step's peak by kind and by Keras layer, the largest batch each way of training
+fits, the frontier; ``sizing/explain_fit.py`` adds the steps measured on the device) over ``predictors.py`` (one
+backend predictor per way of training, each answering ``core.prediction.StepPredictor``) and ``search.py`` (the
+largest batch that fits); ``results.py`` holds what it finds, ``confirm.py`` the search over measured steps (pure).
+``account.py`` is the out-of-memory account: the text the ``LMS`` callback and the magics print above an
 out-of-memory error, and the magics' catch of it. ``step.py`` is ``predict_step``, one step's peaks at one batch.
 """

@@ -51,10 +51,10 @@ def out_of_memory_account(model, data, batch_size: int) -> str:
     """The lines said above an out-of-memory error of a fit of ``model`` on ``data`` at ``batch_size``: what the
     step needed, what filled it, what would fit. Never raises: where the step cannot be explained, one line says
     why (the user's own error must come through whatever happens here)."""
-    from .explain_fit import explain_fit
+    from .replay import explained
 
     try:
-        found = explain_fit(model, data, batch_size=batch_size, confirm=False)
+        found = explained(model, data, batch_size=batch_size)
     except Exception as error:
         return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
                 "Try %%lms_fit over the cell, or a smaller batch.")
@@ -126,10 +126,10 @@ class FitsExplained(ModelFitReplaced):
         self._say = say
 
     def route(self, original, model, args, kwargs):
-        from .explain_fit import explain_fit
+        from .replay import explained
 
         data, batch_size = fit_data(args, kwargs)
-        found = explain_fit(model, data, batch_size=batch_size, confirm=False)
+        found = explained(model, data, batch_size=batch_size)
         self._say(str(found))
         return found
 

@@ -1,6 +1,6 @@
 """The largest batch confirmed by real steps: a search over measured steps, guided by the corrected prediction.
 
-Pure: the steps are measured by the function it is given (``measured.StepMeter.measure`` in use, a fake in tests).
+Pure: the steps are measured by the function it is given (``sizing/measured.StepMeter.measure`` in use, a fake in tests).
 The first step runs at the predicted largest batch. Each measured step corrects the prediction by its own ratio
 (measured over predicted step bytes), or two measured steps give a line in the batch, and the next step runs at
 the largest batch the corrected prediction fits, kept strictly between the largest batch measured to fit and the

@@ -1,5 +1,5 @@
 """A model's step predictors, one per way of training, and the step's estimated cost: what ``explain_fit``
-(``explain_fit.py``) and the tuner (``tuning/session.py``) both predict with (no framework import here)."""
+(``replay.py``, for ``sizing/explain_fit.py``) and the tuner (``tuning/session.py``) both predict with (no framework import here)."""
 
 from __future__ import annotations
 

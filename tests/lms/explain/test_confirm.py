@@ -83,7 +83,7 @@ def test_explain_fit_confirms_the_largest_plain_batch_by_steps_and_leaves_the_mo
     import keras
 
     from lms_magic import explain_fit
-    from lms_magic.lms.explain.explain_fit import NOT_MEASURABLE
+    from lms_magic.sizing.explain_fit import NOT_MEASURABLE
     from tests.models import encoder_decoder, pixel_labels
 
     model = encoder_decoder(32)

@@ -1,5 +1,5 @@
 """explain_fit on TensorFlow: the step's peak explained by kind and by layer, and the largest batch each way of
-training fits, without training (lms/explain/explain_fit.py)."""
+training fits, without training (sizing/explain_fit.py, lms/explain/replay.py)."""
 
 import numpy as np
 import pytest

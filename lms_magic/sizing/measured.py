@@ -15,8 +15,8 @@ import random
 import keras
 import numpy as np
 
-from ..core.plan import BudgetError
-from .confirm import MeasuredStep
+from ..lms.core.plan import BudgetError
+from ..lms.explain.confirm import MeasuredStep
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
 
@@ -89,7 +89,7 @@ class StepMeter:
         key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
         if key in self._known:
             return self._known[key]
-        from ..callback import LMS
+        from ..lms.callback import LMS
 
         peaks = StepPeaks(self.counter)
         lms = [LMS(verbose=0, **{**self.lms_options, **(options or {})})] if with_lms else []
@@ -106,8 +106,8 @@ class StepMeter:
     def _run(self, batch_size: int, lms: list, peaks, steps: int):
         """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:
         no plan of LMS's fits its budget)."""
-        from ...fit.runs import FairStart
-        from ..samples import take_samples
+        from ..fit.runs import FairStart
+        from ..lms.samples import take_samples
 
         arrays = take_samples(self.data, batch_size * (steps + 1))
         history = getattr(self.model, "history", None)
@@ -150,11 +150,11 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
         >>> print(step_meter(None, None, None)[1])
         no accelerator to measure on: the figures are the graph's tensors only
     """
-    from ..devices import is_simulated
+    from ..lms.devices import is_simulated
 
     if device is None or device.startswith("/CPU") and not is_simulated(device):
         return None, "no accelerator to measure on: the figures are the graph's tensors only"
-    from ...memory.frameworks import discover_counters
+    from ..memory.frameworks import discover_counters
 
     wanted = device.strip("/").lower().replace("gpu:", "cuda:") if keras.backend.backend() == "torch" else \
         device.strip("/").lower()

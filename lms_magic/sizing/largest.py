@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import FitExplanation
+from ..lms.explain.results import FitExplanation
 
 LADDER_POINTS = 8  # batch sizes looked at between the largest plain batch and LMS's
 

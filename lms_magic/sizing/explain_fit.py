@@ -1,0 +1,158 @@
+"""Why a fit does not fit, and what will, before training: ``explain_fit``.
+
+The step's predictor for each way of training (:class:`~lms_magic.lms.explain.predictors.StepPredictors`, as
+``%lms_tune``'s: on TensorFlow one trace per way, the batch asked for sized from it, every other batch size read
+off those two; on JAX a jaxpr per batch size; on PyTorch the step run at two small batch sizes) gives the step's
+predicted device peak explained: what fills it by kind (weights, optimizer state, gradients, activations) and the
+Keras layers whose tensors hold the most at the peak. Against the device's capacity (given, the GPU's, or
+``simulate_accelerator``'s), it finds the largest batch each way of training fits (``search.py``): without LMS,
+with LMS's default plan, with ``recompute="only"`` and with ``lean_ops``, each with its predicted step time over a
+plain step's, and the ``%%lms_fit`` line that trains the batch asked for where one does (``replay.py``). Where
+the device's allocator can be read, the closed loop here holds those figures to real steps (``measured.py``): a
+plain step corrects them, and steps confirm each way's largest batch (``confirm.py``). The answer is a
+:class:`~lms_magic.lms.explain.results.FitExplanation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..lms.explain.confirm import Confirmed, confirm_largest
+from ..lms.explain.replay import MODES, mode_fit, prediction_at, explained
+from ..lms.explain.results import Correction, FitExplanation, ModeFit
+
+# beside LMS's figures where steps were confirmed on simulate_accelerator's device
+NOT_MEASURABLE = ("not confirmed: the simulated device's allocator is TensorFlow's one CPU allocator, which also "
+                  "holds what LMS moves to the host; a GPU confirms it")
+
+
+def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
+                speed_target: float = 0.9, budget=None, confirm: bool | None = None, **options) -> FitExplanation:
+    """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will, before training.
+
+    Traces the train step (on TensorFlow once per way of training, the batch asked for sized from that trace by
+    TensorFlow's shape inference, every other batch size read off those two; on
+    JAX at each batch size the search needs; on PyTorch runs it, without updating anything, at two small batch
+    sizes and reads the others off) and predicts its device peak (held to steps measured on the device where its
+    allocator can be read: ``confirm``); explains the peak without LMS by kind
+    and by Keras layer; and, against the device's capacity, finds the largest batch without LMS, with LMS's default plan, with
+    ``recompute="only"`` and with ``lean_ops`` (where the backend offers them).
+
+    Args:
+        model: a compiled Keras model (TensorFlow, JAX or PyTorch backend).
+        data: ``(x, y)`` arrays or a ``tf.data.Dataset``, as for ``fit``.
+        batch_size: the batch the user asks for.
+        capacity: the device's memory ("16GiB" or bytes). Defaults to the device LMS relieves (the first
+            GPU, or the accelerator ``lms_magic.simulate_accelerator(memory=...)`` made); None where there is none.
+        modes: the names of ``MODES`` to consider. Defaults to all.
+        batch_sizes: batch sizes for the frontier: each way's predicted peak and step time at each. Defaults to
+            none.
+        speed_target: the share of plain speed the frontier's "largest batch at speed" asks for. Defaults to 0.9.
+        budget: the bytes every way of training may fill ("512MiB" or bytes; ``%lms_tune``'s budget), instead of
+            the device's share (80%, or 95% for a peak without LMS read from the framework itself). Defaults to None.
+        confirm: run real steps on the device (``measured.py``): True measures a plain step at a batch predicted
+            to fit, corrects every way's figures by what the allocator held beyond the graph's tensors, and
+            confirms each way's largest batch by steps at it (backing off where a step does not fit); None (the
+            default) does the same where the device is a real GPU, and only the correcting step on
+            ``simulate_accelerator``'s device; False runs nothing. The model, its optimizer, metrics and the
+            random state end as they were.
+        **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
+
+    Returns:
+        A :class:`FitExplanation` (``print`` it; in a notebook, with the extension loaded, it shows as tables; ``to_dict()`` has
+        the figures).
+
+    Raises:
+        ValueError: the model is not compiled, no data, a bad option (the message says what to pass), or
+            ``confirm=True`` where no allocator of the device can be read.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((256,))] + [keras.layers.Dense(512, activation="relu")
+        ...                           for _ in range(4)] + [keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> found = explain_fit(model, (np.ones((8, 256), "float32"), np.ones(8)), batch_size=6000, capacity="64MiB",
+        ...                     modes=("without LMS", "LMS"), min_bytes=0)
+        >>> found.modes[0].fits, found.modes[1].fits, found.suggestion
+        (False, True, '%%lms_fit')
+        >>> found.modes[0].largest_batch < 6000 < found.modes[1].largest_batch
+        True
+    """
+    def closed_loop(capacity_bytes: int | None, usable: int | None, given: bool):
+        if confirm is False or (not capacity_bytes and not confirm):
+            return None
+        meter, why = (None, "no device capacity known: pass capacity=...") if not capacity_bytes else \
+            _meter(model, data, options, budget=usable if given else None)
+        if confirm and meter is None:
+            raise ValueError(f"confirm=True: {why}; leave confirm out for the predicted figures alone")
+        return _ClosedLoop(meter, why, confirm)
+
+    return explained(model, data, batch_size, capacity, modes, batch_sizes, speed_target, budget, closed_loop,
+                     **options)
+
+
+class _ClosedLoop:
+    """``explained``'s loop: a plain step measured on the device corrects the figures (``correct``); steps confirm
+    each way's largest batch (``confirm``) where asked (``confirm``: True, or None on a real GPU)."""
+
+    def __init__(self, meter, unmeasured: str, confirm: bool | None):
+        self.meter, self.unmeasured, self.asked = meter, unmeasured, confirm
+
+    def correct(self, session, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction | None:
+        return None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
+
+    def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> ModeFit:
+        meter = self.meter
+        if meter is None or not (self.asked or (self.asked is None and meter.on_gpu)):
+            return found
+        if found.magic and not meter.measures_lms:
+            return replace(found, note=NOT_MEASURABLE)
+        return replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
+
+
+def measurable(model, data, **options) -> bool:
+    """Whether steps of ``model`` can be measured on the device LMS relieves (``explain_fit(..., confirm=True)``)."""
+    return _meter(model, data, options, None)[0] is not None
+
+
+def _meter(model, data, options: dict, budget: int | None):
+    """The meter of the device LMS relieves (``measured.step_meter``), and why there is none."""
+    from ..lms.core.stats import LmsStats
+    from ..lms.framework import framework
+    from ..lms.options import LmsOptions
+    from .measured import step_meter
+
+    prepared = framework().prepare(LmsOptions(device=options.get("device"), host_device=options.get("host_device")),
+                                   LmsStats())
+    lms_options = {**options, **({"budget": budget} if budget is not None else {})}
+    return step_meter(model, data, prepared.device, lms_options)
+
+
+def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
+    """One plain step measured at the batch asked for, or at the largest predicted to fit where that is smaller:
+    its allocator peak over the replay's step bytes (at least 1: a replay above the allocator is kept)."""
+    persistent = session.predictor.persistent_bytes
+    plain = mode_fit(session, "", "", batch_size, capacity_bytes, limit) if limit is not None else None
+    batch = max(1, min(batch_size, plain.largest_batch if plain is not None and plain.largest_batch else batch_size))
+    predicted = session.predictor.plain_peak_bytes(batch) - persistent
+    step = meter.measure(batch)
+    measured = step.step_bytes
+    ratio = 1.0 if measured is None else max(1.0, measured / max(1, predicted))
+    return Correction(batch, measured, predicted, ratio, meter.where)
+
+
+def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:
+    """``found``'s largest batch confirmed by steps on the device (``confirm.py``)."""
+    with_lms = bool(found.magic)
+    persistent = session.predictor.persistent_bytes
+
+    def predicted_step_bytes(batch: int) -> int:
+        peak = session.predictor.plain_peak_bytes(batch) if not with_lms else \
+            prediction_at(session, True, batch, capacity_bytes).peak_bytes
+        return peak - persistent
+
+    return confirm_largest(lambda batch: meter.measure(batch, with_lms, tuned), predicted_step_bytes, persistent,
+                           limit, max(1, found.largest_batch or 1))
+
+
+__all__ = ["MODES", "explain_fit", "measurable"]

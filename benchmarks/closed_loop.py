@@ -7,8 +7,11 @@ On ``simulate_accelerator``'s device (oneDNN on), per model:
 - the largest plain batch: the replay's, the corrected one, the one confirmed by steps (and the steps it took),
   and the one a bisection of real steps finds (doubling, then halving the gap) with the same meter.
 
+On PyTorch (``KERAS_BACKEND=torch``): the prediction without LMS over PyTorch's CPU meter in a real step.
+
     python benchmarks/closed_loop.py                 # every model
     python benchmarks/closed_loop.py unet            # one
+    KERAS_BACKEND=torch python benchmarks/closed_loop.py
 """
 
 from __future__ import annotations
@@ -125,11 +128,39 @@ def run(name: str) -> list[Figure]:
     return figures
 
 
+def torch_meter(name: str) -> list[Figure]:
+    """On PyTorch (``KERAS_BACKEND=torch``): ``explain_fit``'s step bytes without LMS (the step run at two small
+    batch sizes, every other read off them) over what PyTorch's CPU meter (``lms/torch/meter.StorageMeter``) counts
+    in a real train step at the same batch (after one that warms up)."""
+    from lms_magic.lms.explain.replay import _Ways
+    from lms_magic.lms.torch.meter import StorageMeter
+
+    _, _, batches = MODELS[name]
+    model, data = build(name, 2 * max(batches))
+    predictor = _Ways(model, data, min_bytes=0).predictor
+    persistent = predictor.persistent_bytes
+    ratios = []
+    for batch in batches:
+        x, y = data[0][:batch], data[1][:batch]
+        model.train_on_batch(x, y)
+        with StorageMeter() as meter:
+            model.train_on_batch(x, y)
+        predicted = predictor.plain_peak_bytes(batch) - persistent
+        ratios.append(predicted / meter.peak_bytes)
+        print(f"{name} batch {batch} (PyTorch): predicted {predicted / 2**20:.1f} MiB, its CPU meter "
+              f"{meter.peak_bytes / 2**20:.1f} MiB")
+    return [Figure(f"{name}: PyTorch's prediction over its CPU meter without LMS, batches {batches}", "each batch",
+                   round(statistics.median(ratios), 3), "x", round(min(ratios), 3), round(max(ratios), 3),
+                   "min-max over the batches", "0.90-1.10")]
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     sys.path.insert(0, str(CODE))
-    if sys.argv[1:2] == ["--measure"]:
+    if os.environ.get("KERAS_BACKEND") == "torch":
+        report([figure for name in (sys.argv[1:] or MODELS) for figure in torch_meter(name)])
+    elif sys.argv[1:2] == ["--measure"]:
         print(json.dumps({"peak_bytes": measure_here(sys.argv[2], int(sys.argv[3]))}))
     else:
         names = sys.argv[1:] or list(MODELS)

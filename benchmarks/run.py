@@ -79,6 +79,8 @@ REGISTRY = [
     Benchmark("closed_loop", "explain_fit against TensorFlow's allocator on 5 models (simulated device): the peak "
               "predicted and corrected over measured, the largest batch confirmed against a bisection", 18,
               "closed_loop.py"),
+    Benchmark("closed_loop_torch", "PyTorch: explain_fit's prediction without LMS over its CPU meter in a real step, "
+              "the same 5 models", 1.5, "closed_loop.py", backend="torch"),
     Benchmark("batch_size_max", "%%lms_fit --batch-size max on lms_demo's CNN (64 MiB) over the fit at its batch alone",
               4, "batch_size_max.py"),
     Benchmark("largest_batch", "explain_fit's largest batch each way in 16 GiB: ResNet-50, DenseNet-121 224x224", 0.5,

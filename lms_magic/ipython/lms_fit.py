@@ -121,7 +121,7 @@ class LmsFitMagics(Magics):
         y = fit_args[1] if len(fit_args) > 1 else fit_kwargs.get("y")
         if len(fit_args) > 2 or "batch_size" in fit_kwargs and fit_kwargs["batch_size"] is not None:
             raise ValueError("%%lms_fit --batch-size max chooses the batch size: leave batch_size out of the fit call")
-        if y is None or type(x).__module__.split(".")[0] not in ("numpy", "builtins"):
+        if y is None or hasattr(x, "__next__"):  # a dataset, generator or PyDataset brings its own batches
             raise ValueError("%%lms_fit --batch-size max needs the data as arrays, model.fit(x, y, ...): a dataset "
                              "or generator that is already batched fixes the batch size; pass its arrays, or "
                              "leave --batch-size max out")

@@ -122,10 +122,15 @@ def _meter(model, data, options: dict, budget: int | None):
     from ..lms.options import LmsOptions
     from .measured import step_meter
 
-    prepared = framework().prepare(LmsOptions(device=options.get("device"), host_device=options.get("host_device")),
-                                   LmsStats())
+    chosen = framework()
+    prepared = chosen.prepare(LmsOptions(device=options.get("device"), host_device=options.get("host_device")),
+                              LmsStats())
+    device = prepared.device
+    if device is None:  # the framework's own choice (PyTorch): the GPU the model trains on, where there is one
+        trains_on, gpu = chosen.trial_device()
+        device = trains_on or ("cuda:0" if gpu else None)
     lms_options = {**options, **({"budget": budget} if budget is not None else {})}
-    return step_meter(model, data, prepared.device, lms_options)
+    return step_meter(model, data, device, lms_options)
 
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:

@@ -160,9 +160,18 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
         device.strip("/").lower()
     counters = [counter for counter in discover_counters()[0]
                 if counter.resettable and counter.device.lower() == wanted]
+    why = (f"{device}'s allocator cannot be read and reset on {keras.backend.backend()}: the figures are the graph's "
+           "tensors only")
     if not counters:
-        return None, (f"{device}'s allocator cannot be read and reset on {keras.backend.backend()}: the figures are "
-                      "the graph's tensors only")
+        return None, why
+    try:  # TensorFlow's CPU allocator keeps statistics only with oneDNN on
+        counters[0].reset()
+        counters[0].read()
+    except Exception as error:
+        if counters[0].gpu_index is None and counters[0].framework == "TensorFlow":
+            why = ("TensorFlow's CPU allocator keeps no statistics with oneDNN off: set TF_ENABLE_ONEDNN_OPTS=1 "
+                   "before TensorFlow starts to have steps measured; the figures are the graph's tensors only")
+        return None, f"{why} ({error})"
     return StepMeter(model, data, counters[0], lms_options), ""
 
 

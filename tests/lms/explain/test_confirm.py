@@ -118,3 +118,25 @@ def test_confirm_without_a_device_to_measure_on_says_what_to_do(devices):
     with pytest.raises(ValueError, match="confirm=True: no accelerator to measure on.*leave confirm out"):
         explain_fit(reference_cnn_small(), images(16, 32), batch_size=8, capacity="64MiB", confirm=True,
                     device="/CPU:0", host_device="/CPU:1")
+
+
+def test_an_allocator_that_keeps_no_statistics_is_said_and_nothing_runs(simulated, monkeypatch):
+    """TensorFlow's CPU allocator with oneDNN off cannot be reset: explain_fit says so (confirm=True: an error that
+    says what to set) and runs no step."""
+    from lms_magic import explain_fit
+    from lms_magic.memory import frameworks
+    from tests.models import images, reference_cnn_small
+
+    class NoStatistics:
+        framework, device, gpu_index, resettable = "TensorFlow", "CPU:0", None, True
+
+        def reset(self):
+            raise ValueError("Cannot reset memory stats for device 'CPU:0'")
+
+    monkeypatch.setattr(frameworks, "discover_counters", lambda modules=None: ([NoStatistics()], []))
+    model = reference_cnn_small()
+    found = explain_fit(model, images(16, 32), batch_size=64, modes=("without LMS",))
+    assert found.correction is None and "TF_ENABLE_ONEDNN_OPTS=1" in found.unmeasured
+    assert "TF_ENABLE_ONEDNN_OPTS=1" in str(found)
+    with pytest.raises(ValueError, match="confirm=True: TensorFlow's CPU allocator keeps no statistics"):
+        explain_fit(model, images(16, 32), batch_size=64, modes=("without LMS",), confirm=True)

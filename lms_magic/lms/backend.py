@@ -76,6 +76,12 @@ class Framework:
     unavailable: dict[str, str] = {}  # option -> why it is not honoured (noted in the stats, refused by the tuner)
 
     @staticmethod
+    def process() -> tuple[int, int]:
+        """This process's index among the processes that train together, and how many there are ((0, 1) alone):
+        process 0 prints, every process keeps its stats."""
+        return 0, 1
+
+    @staticmethod
     def devices() -> list[str]:
         """The devices of this process, spelt as LMS spells them ("/CPU:0", "/GPU:0")."""
         raise NotImplementedError

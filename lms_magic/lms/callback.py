@@ -59,7 +59,8 @@ class LMS(keras.callbacks.Callback):
             ``lms_magic.simulate_accelerator()``, "/CPU:0").
         host_device: where swapped tensors wait. Defaults to "/CPU:0" ("/CPU:1"
             after ``lms_magic.simulate_accelerator()``).
-        verbose: 1 prints a line when training starts, 0 nothing. Defaults to 1.
+        verbose: 1 prints a line when training starts (where several processes train together, process 0
+            does; each keeps its stats), 0 nothing. Defaults to 1.
         batch_size_hint: the batch size, for data whose batches TensorFlow
             traces with an unknown size (Python generators); an int or a
             function returning one. Defaults to None.
@@ -130,6 +131,13 @@ class LMS(keras.callbacks.Callback):
         # found at the fit's start where this is None; tests give a fake)
         self.allocator = None
         self._counter, self._held_before = None, 0
+        self._process = (0, 1)  # this process's index among those training together, and their count
+
+    @property
+    def _prints(self) -> bool:
+        """Whether this callback prints: verbose, and the first of the processes training together (every
+        process keeps its stats)."""
+        return bool(self.verbose) and self._process[0] == 0
 
     @classmethod
     def from_options(cls, options: LmsOptions, backend: BackendFactory | None = None) -> "LMS":
@@ -171,12 +179,13 @@ class LMS(keras.callbacks.Callback):
         batch_size, source = internals.fit_batch_size(internals.calling_frames(depth=12))
         self.stats.update(batch_size=batch_size, batch_size_source=source)
         options = framework.prepare(self.options, self.stats, self._keras_model)
+        self._process = framework.process()
         if make is None:
             check_versions(framework.version_modules)
             off = framework.off_reason(options)
             if off is not None:
                 self.stats.reason, notice = off
-                if options.verbose:
+                if self._prints:
                     warnings.warn(notice, LmsNotice, stacklevel=2)
                 return
             make = framework.backend()
@@ -211,7 +220,7 @@ class LMS(keras.callbacks.Callback):
             self.stats.jit_compile_off = False
         if self.stats.active:
             self._summary_line = self._backend.summary_line()
-        if self.verbose:
+        if self._prints:
             print(self.summary())
 
     def on_train_end(self, logs=None):
@@ -219,7 +228,7 @@ class LMS(keras.callbacks.Callback):
             self._summary_due = False
             if self.stats.active:
                 self._summary_line = self._backend.summary_line()
-            if self.verbose:
+            if self._prints:
                 print(self.summary())
         self._restore()
 
@@ -279,6 +288,9 @@ class LMS(keras.callbacks.Callback):
             data = zeros_like_batch(shapes) if shapes is not None and self.stats.batch_size else None
         except Exception:  # a batch this cannot rebuild (dicts of inputs): said, never raised
             data = None
+        index, count = self._process
+        if count > 1:  # on a cluster: which process ran out
+            print(f"lms_magic: process {index} of {count} (devices {', '.join(self.stats.devices) or 'its own'}):")
         print(out_of_memory_account(self._keras_model, data, self.stats.batch_size) if data is not None else
               "lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
               "batch_size=...) says what filled it and the largest batch each way of training fits")

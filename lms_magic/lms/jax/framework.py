@@ -52,6 +52,13 @@ class JaxFramework(Framework):
         return options
 
     @staticmethod
+    def process() -> tuple[int, int]:
+        """JAX's process index and count (``keras.distribution.initialize`` over several processes)."""
+        import jax
+
+        return jax.process_index(), jax.process_count()
+
+    @staticmethod
     def backend():
         from .backend import JaxBackend
 

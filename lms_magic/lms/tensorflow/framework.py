@@ -40,6 +40,7 @@ class TensorFlowFramework(Framework):
         from ..devices import check_known_devices
         from ..options import OptionError
 
+        _refuse_several_workers(model)
         known = cls.devices()
         check_known_devices(options.device, options.host_device, known)
         host = options.host_device or devices.default_host()
@@ -97,6 +98,18 @@ class TensorFlowFramework(Framework):
     @staticmethod
     def trial_peak_source(gpu: bool) -> str:
         return "measured (TensorFlow allocator)" if gpu else "predicted from the executed graph (no GPU)"
+
+
+def _refuse_several_workers(model) -> None:
+    """Raises ValueError, before anything is changed, where the model trains under TensorFlow's multi-worker
+    strategy: Keras 3's fit under it fails before training across machines, so LMS has no plan tested there."""
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None and type(strategy).__name__ in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy"):
+        raise ValueError(
+            "LMS: tf.distribute.MultiWorkerMirroredStrategy is not supported: Keras 3's fit under it fails before "
+            "training across machines (keras-team/keras#20585, open since TensorFlow 2.16), so LMS has no plan "
+            "tested there. For several machines use KERAS_BACKEND=jax with keras.distribution.initialize(...) "
+            "(docs/devices.md, \"Several machines\"); on one machine, tf.distribute.MirroredStrategy")
 
 
 def _replica_devices(model) -> list[str]:

@@ -182,3 +182,38 @@ def test_lms_fit_compare_shows_each_devices_predicted_peak(mirrored):
     assert mirrored["headline"].startswith("LMS: predicted per-device peak -")
     device_bars = ["predicted peak, /CPU:0", "predicted peak, /CPU:1"]
     assert mirrored["bars"] == {"no_lms": device_bars, "lms": device_bars}
+
+
+SEVERAL_WORKERS = textwrap.dedent("""
+    import json, os, socket
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{port}"]},
+                                          "task": {"type": "worker", "index": 0}})
+    import keras, numpy as np, tensorflow as tf
+    from lms_magic import LMS
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        model.compile("sgd", "mse")
+    before = [w.copy() for w in model.get_weights()]
+    try:
+        model.fit(np.ones((16, 8)), np.ones((16, 4)), epochs=1, verbose=0, callbacks=[LMS()])
+        said = ""
+    except ValueError as error:
+        said = str(error)
+    print(json.dumps({"said": said, "untouched": all(np.array_equal(a, b) for a, b in
+                                                      zip(before, model.get_weights()))}))
+""")
+
+
+def test_the_multi_worker_strategy_is_refused_before_training_with_what_to_use():
+    """Keras 3's fit under MultiWorkerMirroredStrategy fails across machines (keras-team/keras#20585): LMS says so,
+    and what to use, before a step runs (one worker here, where Keras gets as far as the fit)."""
+    done = subprocess.run([sys.executable, "-c", SEVERAL_WORKERS], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "MultiWorkerMirroredStrategy is not supported" in found["said"] and "keras-team/keras#20585" in found["said"]
+    assert "keras.distribution.initialize" in found["said"] and found["untouched"]

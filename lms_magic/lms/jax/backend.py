@@ -85,6 +85,7 @@ class JaxBackend:
         # under keras.distribution: planned for one device (its share of the batch, its shards of the variables)
         self._layout = mesh_layout()
         self._persistent_bytes = persistent_bytes(model, shard_shape if self._layout is not None else None)
+        self._splits = self._variable_splits()  # read here: inside the step the variables are being traced
         self._costed = None  # (the loss and gradient, its argument shapes, batch shards) of the first plan, to cost
         self._first_step_waited = False
 
@@ -137,6 +138,18 @@ class JaxBackend:
                                                                                               dst=self.host_kind))
 
     # -- the plan --------------------------------------------------------------------------------
+    def _variable_splits(self) -> list | None:
+        """Under ``ModelParallel``: each variable's splits over the mesh, in the order the step takes them
+        (trainable, non-trainable, metrics'); None where no layout splits one."""
+        if self._layout is None:
+            return None
+        from .sharded import variable_splits
+
+        model = self.model
+        splits = variable_splits(list(model.trainable_variables) + list(model.non_trainable_variables)
+                                 + list(model.metrics_variables))
+        return splits if any(max(split, default=1) > 1 for split in splits) else None
+
     def _plan(self, inner, args) -> frozenset:
         from .traced import tree_arrays
         from .residuals import differentiated, trace_step
@@ -146,7 +159,7 @@ class JaxBackend:
             return self.offloaded[key]
         self.traces += 1
         shards = self._layout.batch_shards if self._layout is not None else 1
-        step = trace_step(inner, args, self._layer_types, shards)
+        step = trace_step(inner, args, self._layer_types, shards, self._splits)
         if self._costed is None:  # the step-time estimate is made after the step, outside this trace
             self._costed = (*differentiated(inner, args), shards)
         eligible = self.options.selection.eligible(step.candidates)

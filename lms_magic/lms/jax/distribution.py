@@ -3,7 +3,8 @@
 Keras jits the train step over the distribution's device mesh: the batch is split along the mesh's batch axis
 (``DataParallel``: every device; ``ModelParallel``: its ``batch_dim_name`` axis), and each variable is laid out
 as its ``LayoutMap`` says (replicated where it says nothing). LMS plans for one device: the step traced at the
-per-device batch, the variables counted by their per-device shards.
+per-device batch, the variables counted by their per-device shards, and the values computed from split variables
+by one device's part (``sharded.py``).
 """
 
 from __future__ import annotations

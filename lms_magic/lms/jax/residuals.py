@@ -8,19 +8,22 @@ from __future__ import annotations
 from .traced import JaxStep, name_stack_parts, tree_arrays
 
 
-def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1) -> JaxStep:
+def trace_step(inner, args, layer_types: dict[str, str], batch_shards: int = 1,
+               variable_splits: list | None = None) -> JaxStep:
     """The :class:`JaxStep` of ``jax.value_and_grad(inner)`` at ``args``' shapes: ``inner`` is Keras's
     ``compute_loss_and_updates`` taking ``(trainable, non_trainable, metrics, x, y, sample_weight,
     optimizer_variables)``, traced under ``jax.checkpoint`` with every named value saved (:func:`residual_policy`:
     the residuals of LMS's step with nothing moved). ``inner`` names the values that are candidates (:func:`named_residuals`).
     ``batch_shards``: the batch is split so many ways over the devices (``keras.distribution``): the step is
-    traced at one device's share of it."""
+    traced at one device's share of it. ``variable_splits``: the variables' splits over the mesh's model axis
+    (``sharded.variable_splits``, in ``args[:3]``'s order): the values computed from them count one device's part."""
     import jax
 
     grad, specs = differentiated(inner, args)
     specs = per_device_specs(specs, batch_shards)
     held = len(tree_arrays(args[:3]))  # the variables: held through the step anyway
-    return JaxStep(jax.make_jaxpr(grad)(*specs), held, layer_types)
+    splits = variable_splits if variable_splits is not None and len(variable_splits) == held else None
+    return JaxStep(jax.make_jaxpr(grad)(*specs), held, layer_types, input_splits=splits)
 
 
 def per_device_specs(specs, batch_shards: int):

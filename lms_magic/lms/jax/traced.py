@@ -76,6 +76,14 @@ class _Flat:
     tangent: set = field(default_factory=set)  # the nodes of the backward pass that read the loss's cotangent
     loops: int = 0  # loops and conditionals kept whole (their bodies' outputs are not candidates)
     about: dict = field(default_factory=dict)  # node name -> (primitive, layer, shape of output 0), for explain
+    # under ModelParallel: tensor -> how many parts each dimension is split into on the mesh (sharded.py); empty
+    # where nothing is split
+    splits: dict = field(default_factory=dict)
+
+    def part_bytes(self, tensor, aval) -> int:
+        """The bytes of ``tensor`` (of ``aval``) one device holds."""
+        split = self.splits.get(tensor)
+        return _nbytes(aval) // int(np.prod(split)) if split else _nbytes(aval)
 
 
 def name_stack_parts(name_stack) -> list[str]:
@@ -120,16 +128,23 @@ def layer_path(scopes: str, layer_types: dict[str, str]) -> str:
     return "/".join(known) if known else (parts[0] if parts else "")
 
 
-def flatten(closed_jaxpr, persistent_inputs: int) -> _Flat:
+def flatten(closed_jaxpr, persistent_inputs: int, input_splits: list | None = None) -> _Flat:
     """Replay nodes of ``closed_jaxpr``: its first ``persistent_inputs`` inputs (the variables, counted apart as
-    persistent bytes) hold no bytes here; the others (the batch) are nodes of their size."""
+    persistent bytes) hold no bytes here; the others (the batch) are nodes of their size. ``input_splits``: the
+    variables' splits over a ``ModelParallel`` mesh (``sharded.variable_splits``), carried through the step: each
+    value counts the part one device holds."""
     flat = _Flat([], {}, set(), [])
     jaxpr = closed_jaxpr.jaxpr
+    splits = list(input_splits or ())
     for index, var in enumerate(list(jaxpr.constvars) + list(jaxpr.invars)):
         name = f"in{index}"
         held = index >= len(jaxpr.constvars) + persistent_inputs
         flat.nodes.append(Node(name, (_nbytes(var.aval) if held else 0,), priority=-1))
         flat.producer[var] = (name, 0)
+        variable = index - len(jaxpr.constvars)
+        if 0 <= variable < len(splits) and int(np.prod(splits[variable])) > 1 and \
+                len(splits[variable]) == len(getattr(var.aval, "shape", ())):
+            flat.splits[(name, 0)] = tuple(splits[variable])
     _inline(jaxpr, flat, backward=False, alias={}, outer="")
     # what the backward pass computes again from the forward's values alone: just before its reader, as XLA fuses it
     flat.nodes = sink_recomputed(flat.nodes, flat.backward - flat.tangent)
@@ -181,7 +196,12 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str, seeded:
         flat.loops += eqn.primitive.name in LOOPS
         name = f"e{len(flat.nodes)}"
         inputs = tuple(found for found in map(source, eqn.invars) if found is not None)
-        outputs = tuple(_nbytes(var.aval) for var in eqn.outvars)
+        out_splits = _carried_splits(eqn, flat, source) if flat.splits else None
+        if out_splits:
+            for index, split in enumerate(out_splits):
+                if int(np.prod(split)) > 1:
+                    flat.splits[(name, index)] = split
+        outputs = tuple(flat.part_bytes((name, index), var.aval) for index, var in enumerate(eqn.outvars))
         on_device = all(_on_device(var.aval) for var in eqn.outvars)
         flat.nodes.append(Node(name, outputs, inputs, on_device=on_device, priority=len(flat.nodes)))
         flat.about[name] = (eqn.primitive.name, layer, tuple(getattr(eqn.outvars[0].aval, "shape", ()) or ())
@@ -192,6 +212,22 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str, seeded:
                 flat.tangent.add(name)
         for index, var in enumerate(eqn.outvars):
             flat.producer[var] = (name, index)
+
+
+def _carried_splits(eqn, flat: _Flat, source) -> list | None:
+    """The splits of ``eqn``'s outputs from its inputs' (``sharded.output_splits``); None where none is split."""
+    from .sharded import output_splits
+
+    inputs, any_split = [], False
+    for var in eqn.invars:
+        shape = tuple(getattr(getattr(var, "aval", None), "shape", ()) or ())
+        split = flat.splits.get(source(var)) if hasattr(var, "aval") else None
+        any_split = any_split or split is not None
+        inputs.append((shape, split or (1,) * len(shape)))
+    if not any_split:
+        return None
+    outputs = [tuple(getattr(var.aval, "shape", ()) or ()) for var in eqn.outvars]
+    return output_splits(eqn.primitive.name, eqn.params, inputs, outputs)
 
 
 def layer_of_name(name: str, layer_types: dict[str, str]) -> str:
@@ -242,8 +278,8 @@ class JaxStep:
     """
 
     def __init__(self, closed_jaxpr, persistent_inputs: int, layer_types: dict[str, str] | None = None,
-                 flat: _Flat | None = None):
-        self.flat = flat = flat if flat is not None else flatten(closed_jaxpr, persistent_inputs)
+                 flat: _Flat | None = None, input_splits: list | None = None):
+        self.flat = flat = flat if flat is not None else flatten(closed_jaxpr, persistent_inputs, input_splits)
         readers: dict[tuple, list[str]] = {}
         for node in flat.nodes:
             for tensor in node.inputs:
@@ -258,8 +294,8 @@ class JaxStep:
                 continue
             first = min(backward, key=order.get)
             trigger = flat.nodes[order[first] - 1].name
-            self._swaps.setdefault(name, []).append(Swap(tensor, tuple(backward), trigger, _nbytes(aval)))
-            sizes[name] = sizes.get(name, 0) + _nbytes(aval)
+            self._swaps.setdefault(name, []).append(Swap(tensor, tuple(backward), trigger, flat.part_bytes(tensor, aval)))
+            sizes[name] = sizes.get(name, 0) + flat.part_bytes(tensor, aval)
             shapes.setdefault(name, tuple(aval.shape))
         self._layer_types = types = layer_types or {}
         layers = {name: layer_of_name(name, types) for name in sizes}

@@ -45,7 +45,8 @@ WORKER = textwrap.dedent("""
         return {"same_loss": plain_loss == lms_loss,
                 "same_weights": all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), lms.get_weights())),
                 "devices": stats.devices, "moved_bytes": stats.swapped_bytes_per_step,
-                "moved": sorted(row["tensor"] for row in stats.plan), "printed": printed}
+                "moved": sorted(row["tensor"] for row in stats.plan), "printed": printed,
+                "bytes": {row["tensor"]: row["bytes"] for row in stats.plan}}
 
     data = lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(32)  # each process feeds its share
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
@@ -56,11 +57,14 @@ WORKER = textwrap.dedent("""
     layout[".*bias"] = ("model",)
     keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch"))
     found["model_parallel"] = compare(data)
-    # this process alone, on one of its devices, at one device's share of the batch (32 over 4 devices)
+    # this process alone, on one of its devices, at one device's share of the batch: 32 over 4 devices
+    # (DataParallel), over the 2 of the mesh's batch axis (ModelParallel)
     keras.distribution.set_distribution(None)
-    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
-    mlp().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
-    found["one_device_share"] = callback.stats.swapped_bytes_per_step
+    for share in (8, 16):
+        callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+        mlp().fit(x, y, batch_size=share, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+        found[f"one_device_{share}"] = {"moved_bytes": callback.stats.swapped_bytes_per_step,
+                                        "bytes": {row["tensor"]: row["bytes"] for row in callback.stats.plan}}
     found["process"], found["local_devices"] = jax.process_index(), len(jax.local_devices())
     print(json.dumps(found))
 """)
@@ -105,7 +109,19 @@ def test_each_process_relieves_its_devices_with_the_same_plan_and_the_same_math(
 
 def test_under_data_parallel_each_device_moves_its_share_of_the_batch(processes):
     for found in processes:
-        assert found["data_parallel"]["moved_bytes"] == found["one_device_share"]
+        assert found["data_parallel"]["moved_bytes"] == found["one_device_8"]["moved_bytes"]
+
+
+def test_under_model_parallel_a_split_layers_activations_count_one_devices_half(processes):
+    """The Dense layers' kernels split over the 2-way model axis: their outputs are split so too, and each device
+    moves half of what one device moves at the same share of the batch (16 of 32: the batch axis is 2-way)."""
+    for found in processes:
+        split, whole = found["model_parallel"]["bytes"], found["one_device_16"]["bytes"]
+        layers = [tensor for tensor in whole if tensor.startswith(("wide/", "wider/"))]
+        assert len(layers) >= 4
+        for tensor in layers:
+            assert abs(split[tensor] - whole[tensor] / 2) <= 0.1 * whole[tensor] / 2, (tensor, split[tensor])
+        assert found["model_parallel"]["moved_bytes"] < 0.6 * found["one_device_16"]["moved_bytes"]
 
 
 def test_process_0_alone_prints_the_summary(processes):

@@ -45,9 +45,9 @@ def output_splits(primitive: str, params: dict, inputs: list[tuple[tuple[int, ..
         return [whole(len(shape)) for shape in outputs]
     if primitive == "dot_general" and len(outputs) == 1:
         (lhs_shape, lhs), (rhs_shape, rhs) = inputs[:2]
-        (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = params["dimension_numbers"]
-        free_lhs = [d for d in range(len(lhs_shape)) if d not in lhs_contract and d not in lhs_batch]
-        free_rhs = [d for d in range(len(rhs_shape)) if d not in rhs_contract and d not in rhs_batch]
+        free_lhs, free_rhs, lhs_batch = _dims(params, len(lhs_shape), len(rhs_shape))
+        if any(rhs[d] > 1 for d in free_rhs):  # one operand keeps its split: the other is gathered whole
+            lhs = whole(len(lhs_shape))
         splits = [lhs[d] for d in lhs_batch] + [lhs[d] for d in free_lhs] + [rhs[d] for d in free_rhs]
         return [tuple(splits)] if len(splits) == len(outputs[0]) else [whole(len(outputs[0]))]
     if primitive in ELEMENTWISE:
@@ -82,6 +82,40 @@ def output_splits(primitive: str, params: dict, inputs: list[tuple[tuple[int, ..
     return [whole(len(shape)) for shape in outputs]
 
 
+def _dims(params: dict, lhs_rank: int, rhs_rank: int):
+    """A ``dot_general``'s free dimensions of each operand, and the left operand's batch dimensions."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+    free_lhs = [d for d in range(lhs_rank) if d not in lhs_contract and d not in lhs_batch]
+    free_rhs = [d for d in range(rhs_rank) if d not in rhs_contract and d not in rhs_batch]
+    return free_lhs, free_rhs, list(lhs_batch)
+
+
+def gathered_parts(primitive: str, params: dict, inputs: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[int]:
+    """The inputs (by position) of a matrix product that XLA gathers whole on each device before it: a split
+    operand whose split the product cannot keep (the other operand keeps its own, or the split is on a summed
+    dimension the other operand does not split alike). Their whole size is a temporary of the product.
+
+    Example:
+        >>> dims = (((1,), (0,)), ((), ()))  # h (8, 256) split over its features @ w (256, 256) split over outputs
+        >>> gathered_parts("dot_general", {"dimension_numbers": dims}, [((8, 256), (1, 2)), ((256, 256), (1, 2))])
+        [0]
+        >>> gathered_parts("add", {}, [((8, 256), (1, 2)), ((8, 256), (1, 2))])
+        []
+    """
+    if primitive != "dot_general" or len(inputs) < 2:
+        return []
+    (lhs_shape, lhs), (rhs_shape, rhs) = inputs[:2]
+    (lhs_contract, rhs_contract), _ = params["dimension_numbers"]
+    free_lhs, free_rhs, _ = _dims(params, len(lhs_shape), len(rhs_shape))
+    gathered = []
+    if math.prod(lhs) > 1 and (any(rhs[d] > 1 for d in free_rhs)
+                               or any(lhs[a] != rhs[b] for a, b in zip(lhs_contract, rhs_contract))):
+        gathered.append(0)
+    if math.prod(rhs) > 1 and 0 not in gathered and any(lhs[a] != rhs[b] for a, b in zip(lhs_contract, rhs_contract)):
+        gathered.append(1)
+    return gathered
+
+
 def variable_splits(variables) -> list[tuple[int, ...]]:
     """Each variable's splits: its shape over the shape of the part one device holds (``distribution.shard_shape``)."""
     from .distribution import shard_shape
@@ -95,4 +129,4 @@ def variable_splits(variables) -> list[tuple[int, ...]]:
     return found
 
 
-__all__ = ["output_splits", "variable_splits"]
+__all__ = ["gathered_parts", "output_splits", "variable_splits"]

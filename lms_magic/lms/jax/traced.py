@@ -196,12 +196,14 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str, seeded:
         flat.loops += eqn.primitive.name in LOOPS
         name = f"e{len(flat.nodes)}"
         inputs = tuple(found for found in map(source, eqn.invars) if found is not None)
-        out_splits = _carried_splits(eqn, flat, source) if flat.splits else None
+        out_splits, gathered = _carried_splits(eqn, flat, source) if flat.splits else (None, 0)
         if out_splits:
             for index, split in enumerate(out_splits):
                 if int(np.prod(split)) > 1:
                     flat.splits[(name, index)] = split
         outputs = tuple(flat.part_bytes((name, index), var.aval) for index, var in enumerate(eqn.outvars))
+        if gathered:  # an operand gathered whole for the product: held while it runs, read by nothing after
+            outputs += (gathered,)
         on_device = all(_on_device(var.aval) for var in eqn.outvars)
         flat.nodes.append(Node(name, outputs, inputs, on_device=on_device, priority=len(flat.nodes)))
         flat.about[name] = (eqn.primitive.name, layer, tuple(getattr(eqn.outvars[0].aval, "shape", ()) or ())
@@ -214,9 +216,10 @@ def _inline(jaxpr, flat: _Flat, backward: bool, alias: dict, outer: str, seeded:
             flat.producer[var] = (name, index)
 
 
-def _carried_splits(eqn, flat: _Flat, source) -> list | None:
-    """The splits of ``eqn``'s outputs from its inputs' (``sharded.output_splits``); None where none is split."""
-    from .sharded import output_splits
+def _carried_splits(eqn, flat: _Flat, source) -> tuple[list | None, int]:
+    """The splits of ``eqn``'s outputs from its inputs' (``sharded.output_splits``; None where none is split), and
+    the bytes of the operands XLA gathers whole for it (``sharded.gathered_parts``)."""
+    from .sharded import gathered_parts, output_splits
 
     inputs, any_split = [], False
     for var in eqn.invars:
@@ -225,9 +228,10 @@ def _carried_splits(eqn, flat: _Flat, source) -> list | None:
         any_split = any_split or split is not None
         inputs.append((shape, split or (1,) * len(shape)))
     if not any_split:
-        return None
+        return None, 0
     outputs = [tuple(getattr(var.aval, "shape", ()) or ()) for var in eqn.outvars]
-    return output_splits(eqn.primitive.name, eqn.params, inputs, outputs)
+    gathered = sum(_nbytes(eqn.invars[index].aval) for index in gathered_parts(eqn.primitive.name, eqn.params, inputs))
+    return output_splits(eqn.primitive.name, eqn.params, inputs, outputs), gathered
 
 
 def layer_of_name(name: str, layer_types: dict[str, str]) -> str:

@@ -185,3 +185,20 @@ def test_a_backend_that_replans_gets_its_train_step_again_and_checks_the_next_st
     assert callback.stats.steps == STEPS and backend.events.count("first_step_done") == 2
     assert capsys.readouterr().out.count("LMS (fake)") == 1  # said once, after the plan that stands
     assert_plain(model)
+
+
+def test_where_processes_train_together_the_first_prints_and_an_out_of_memory_names_its_process(monkeypatch, capsys):
+    from lms_magic.lms import callback as callback_module
+    from lms_magic.lms.tensorflow.framework import TensorFlowFramework
+
+    monkeypatch.setattr(TensorFlowFramework, "process", staticmethod(lambda: (1, 2)))
+    lms = LMS(backend=FakeBackends(), verbose=1)
+    fit(tiny_model(), [lms])
+    assert capsys.readouterr().out == "" and lms.stats.swapped_tensors == 2  # process 1 keeps its stats, silent
+    monkeypatch.setattr(callback_module, "is_out_of_memory", lambda error: True)
+    with pytest.raises(FakeFailure):
+        fit(tiny_model(), [LMS(backend=FakeBackends(fail_at="step"), verbose=1)])
+    assert "lms_magic: process 1 of 2" in capsys.readouterr().out
+    monkeypatch.setattr(TensorFlowFramework, "process", staticmethod(lambda: (0, 2)))
+    fit(tiny_model(), [LMS(backend=FakeBackends(), verbose=1)])
+    assert "LMS (fake): 2 of 4 tensors" in capsys.readouterr().out

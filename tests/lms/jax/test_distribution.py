@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import computed_once
+
+ROOT = Path(__file__).resolve().parents[3]  # where the fresh processes import tests.* from
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys
@@ -28,12 +31,7 @@ SCRIPT = textwrap.dedent("""
         model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return model
 
-    def mlp():
-        keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu", name="wide"),
-                                  keras.layers.Dense(256, activation="relu", name="wider"), keras.layers.Dense(10)])
-        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return model
+    from tests.lms.jax.meshes import mlp
 
     def compare(build, x, y):
         fitted = {}
@@ -70,6 +68,7 @@ SCRIPT = textwrap.dedent("""
 
 def run(count: int) -> dict:
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(count)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT,
                           env={**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -156,7 +155,8 @@ def test_model_parallel_per_device_peak_is_within_10_percent_of_xlas_figure_for_
     value's part on a device and the operands XLA gathers whole for a product (jax/sharded.py), against XLA's
     memory analysis of the partitioned program (counted whole, the prediction was 1.6x XLA's; parts alone, 0.66x)."""
     done = subprocess.run([sys.executable, "-c", XLA_CHECK, str(width), str(batch)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"})
+                          timeout=600, cwd=ROOT,
+                          env={**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert 0.9 <= found["predicted"] / found["xla"] <= 1.1, found

@@ -9,8 +9,11 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[3]  # where the fresh processes import tests.* from
 
 WORKER = textwrap.dedent("""
     import contextlib, io, json, os, sys
@@ -26,12 +29,8 @@ WORKER = textwrap.dedent("""
     rng = np.random.default_rng(0)
     x, y = rng.random((128, 64), dtype="float32"), rng.integers(0, 10, 128)
 
-    def mlp():
-        keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu", name="wide"),
-                                  keras.layers.Dense(256, activation="relu", name="wider"), keras.layers.Dense(10)])
-        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return model
+    from tests.lms.jax.meshes import mlp as mesh_mlp
+    mlp = lambda: mesh_mlp("sgd")
 
     def compare(batches):
         fitted = {}
@@ -82,7 +81,7 @@ def processes():
     port = free_port()
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
     running = [subprocess.Popen([sys.executable, "-c", WORKER, str(index), str(port)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env) for index in (0, 1)]
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for index in (0, 1)]
     found = []
     try:
         for process in running:

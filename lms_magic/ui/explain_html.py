@@ -33,7 +33,7 @@ def explanation_html(found) -> str:
                        "lms-magic-explain", notes=[said])
     layers = html_table(["layer", "MiB at the peak"], [(row["layer"], _mib(row["bytes"])) for row in peak.get("layers", [])],
                         "lms-magic-explain")
-    rows = [(mode.mode, _mib(mode.peak_bytes), {True: "yes", False: "no", None: ""}[mode.fits], mode.largest_batch,
+    rows = [(mode.mode, _mib(mode.peak_bytes), {True: "yes", False: "no", None: ""}[mode.fits], _largest(mode),
              None if mode.step_ratio is None else f"{mode.step_ratio:.2f}",
              mode.unavailable or " ".join(part for part in (mode.magic, mode.note and f"({mode.note})") if part))
             for mode in found.modes]
@@ -41,12 +41,22 @@ def explanation_html(found) -> str:
     plain = f"; without LMS, its peak may fill {limit / MIB:.1f}" if limit else ""
     device = (f"the device: {found.capacity_bytes / MIB:.1f} MiB, LMS plans to fill {found.usable_bytes / MIB:.1f}{plain}"
               if found.capacity_bytes else "no device capacity known")
-    notes = [device] + ([found.caveat] if found.caveat else []) + \
+    measured = found.correction.words if found.correction is not None else found.unmeasured
+    notes = [device] + ([measured] if measured else []) + \
+        [f"{mode.mode}: {mode.confirmed.words}" for mode in found.modes if mode.confirmed is not None] + \
+        ([found.caveat] if found.caveat else []) + \
         ([f"to train batch {found.batch_size}: {found.suggestion}"] if found.suggestion else [])
     modes = html_table(["training", f"peak MiB at batch {found.batch_size}", "fits", "largest batch",
                         "step time (x plain, predicted)", "how"], rows, "lms-magic-explain", left_columns=(0, 5),
                        notes=notes)
     return f"<div>{kinds}{layers}{modes}{frontier_html(found)}{_frontier_plot(found)}</div>"
+
+
+def _largest(mode):
+    """A way's largest batch: the one confirmed by steps, with the predicted one beside it, where steps ran."""
+    if mode.confirmed is None:
+        return mode.largest_batch
+    return f"{mode.confirmed.batch_size} (confirmed; {mode.largest_batch} predicted)"
 
 
 def _frontier_plot(found) -> str:

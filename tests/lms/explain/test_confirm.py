@@ -106,6 +106,10 @@ def test_explain_fit_confirms_the_largest_plain_batch_by_steps_and_leaves_the_mo
     assert lms.confirmed is None and lms.note == NOT_MEASURABLE  # the shared CPU allocator: not measurable
     text = str(found)
     assert f"confirmed by a step at {confirmed.batch_size}" in text and "TensorFlow's allocator on CPU:0" in text
+    from lms_magic.ui.explain_html import explanation_html
+
+    page = explanation_html(found)  # what a notebook shows
+    assert f"{confirmed.batch_size} (confirmed;" in page and "measured: a plain step at batch" in page
     assert all(np.array_equal(a, b) for a, b in zip(before, state(model)))
     assert model.history is history and np.array_equal(np.random.get_state()[1], numpy_before)
     keras.backend.clear_session()

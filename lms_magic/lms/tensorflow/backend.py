@@ -10,9 +10,9 @@ graphs give the figures; where it moves nothing, LMS steps out and the model tra
 function (XLA too, if it was compiled so). Where the device's capacity is known and the traced step fits
 it, the first step swaps nothing and, if its executed graphs fit too, LMS steps out after it. The checked plan
 is remembered (``lms/memo.py``): a later fit of the same model, options and batch moves its tensors from the first
-step, with no probe, replay or retrace. Grappler
-runs as it would without LMS (the swap ops are of types it leaves in place), so the kernels that run,
-and the math, are those of a plain fit.
+step, with no probe, replay or retrace. Grappler runs as it would without LMS (the swap ops are of types it leaves
+in place), so the kernels that run, and the math, are those of a plain fit. On a GPU, the plan's first step is
+held to the allocator's peak (``TracePlanner.measured``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ... import internals
 from ...units import format_size
 from .. import samples as _samples
 from ..backend import Action
-from ..core.plan import PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule
+from ..core.plan import BudgetError, Plan, Rule
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..memo import PLANS, RememberedPlan, options_key
@@ -68,9 +68,6 @@ class TensorFlowBackend:
         self._layer_of = _rewrite_ops.layer_resolver(model)
         self.planner = TracePlanner(options, stats, self._layer_of, self._elsewhere, self._persistent_bytes)
         self.order_backward = self.planner.order_backward
-        if options.order_backward and not self.order_backward:
-            stats.notes.append(f"order_backward is for swaps alone: with recompute={self.recompute!r} the backward "
-                               "pass keeps TensorFlow's order (ordered, recompute='only' measured a higher peak)")
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
@@ -169,9 +166,9 @@ class TensorFlowBackend:
         ops = step.ops  # with the backward order's joins, where it is ordered
         by_tensor = {item.candidate.tensor: item for item in candidates}
         chosen_items = [by_tensor[c.tensor] for c in plan.moved]
-        if self.stats.records is None and self._trusted_fit(plan, step.batch_size):
+        if self.stats.records is None and self.planner.trusted_fit(plan, step.batch_size, self._lean is not None):
             tf_internals.graph_collection_stopped()  # the executed graphs are not needed: none is kept
-        if self.stats.records is None and self._searched(plan) and (plan.moved or plan.budget_bytes is None):
+        if self.stats.records is None and self.planner.searched(plan) and (plan.moved or plan.budget_bytes is None):
             # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
             self._probing = True
@@ -239,8 +236,7 @@ class TensorFlowBackend:
     def _check_measured(self, step_bytes: int) -> Action:
         """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``):
         where more than the plan was allowed, planned once more from a step that swaps every eligible tensor."""
-        plan = self._plan
-        note = self.planner.measured(step_bytes, plan, plan is not None and self._searched(plan))
+        note = self.planner.measured(step_bytes, self._plan)
         if note is None:
             return Action.KEEP
         self._retrace_limit = self._retraces + 2
@@ -248,20 +244,6 @@ class TensorFlowBackend:
 
     def _eligible_names(self) -> list[str]:
         return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
-
-    def _trusted_fit(self, plan: Plan | None, batch: int | None) -> bool:
-        """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
-        moves, and the traced step is the model's own (no lean gradient, recompute or backward order in it)."""
-        return (plan is not None and self._searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
-                and plan.peak_bytes is not None and plan.budget_bytes is not None
-                and plan.peak_bytes <= TRUSTED_FIT * plan.budget_bytes
-                and self._lean is None and self.recompute is False and not self.planner.ordered.get(batch))
-
-    def _searched(self, plan: Plan) -> bool:
-        """Whether the plan is searched (and so made on the executed graphs), not given by a count. With
-        recompute="only" it is made on the traced graph: a probe would swap."""
-        return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
-            plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
 
     def _insert(self, graph, ops, items, candidates) -> list:
         """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``recompute.move_off``)."""
@@ -305,7 +287,7 @@ class TensorFlowBackend:
     def _check_first_step(self) -> Action:
         """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
         (once), and the predicted peaks of the plan that runs."""
-        if self._retraces == 0 and self._trusted_fit(self._plan, self.stats.batch_size):  # no graph was collected
+        if self._retraces == 0 and self.planner.trusted_fit(self._plan, self.stats.batch_size, self._lean is not None):  # no graph was collected
             self._run_metadata = [None]
             return self._fits_with_room_kept()
         partitions = _executed.train_partitions(self._run_metadata[0]) if self._run_metadata else []
@@ -317,7 +299,7 @@ class TensorFlowBackend:
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(_messages.why_nothing(self._plan))
             return Action.KEEP
-        searching = self._plan is not None and self._searched(self._plan) and self._retraces < self._retrace_limit
+        searching = self._plan is not None and self.planner.searched(self._plan) and self._retraces < self._retrace_limit
         # a probe's own figures are read only where its plan stands: not replayed before the search says so
         probe = searching and self._probing
         try:

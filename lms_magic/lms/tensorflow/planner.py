@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ...units import format_size
 from ..core.measured import budget_after_measuring
-from ..core.plan import PEAK_TOLERANCE, PLANNED, BudgetError, Plan, Rule, plan_swaps
+from ..core.plan import PEAK_TOLERANCE, PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import messages as _messages
@@ -75,6 +75,9 @@ class TracePlanner:
         self.selection, self.lb, self.budget_bytes = options.selection, options.lb, options.budget_bytes
         self.recompute = options.recompute
         self.order_backward = options.order_backward and options.recompute is False
+        if options.order_backward and not self.order_backward:
+            stats.notes.append(f"order_backward is for swaps alone: with recompute={self.recompute!r} the backward "
+                               "pass keeps TensorFlow's order (ordered, recompute='only' measured a higher peak)")
         self.stats, self._layer_of, self._elsewhere = stats, layer_of, elsewhere
         self._persistent_bytes, self._hint = persistent_bytes, options.batch_size
         self.ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
@@ -111,7 +114,7 @@ class TracePlanner:
                           self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
                           self.cost, 0.0 if self.recompute is True else PEAK_TOLERANCE)
 
-    def measured(self, step_bytes: int, plan: Plan | None, searched: bool) -> str | None:
+    def measured(self, step_bytes: int, plan: Plan | None) -> str | None:
         """The plan that ran (``plan``) against the allocator's ``step_bytes`` in its first step, in the stats:
         where the device held more than the plan was allowed and the plan is searched (and not made again
         already), the budget the device holds from now on (``core.measured``), and the note of the re-plan;
@@ -122,7 +125,7 @@ class TracePlanner:
         stats.update(measured_step_peak_bytes=persistent + step_bytes, predicted_step_peak_bytes=persistent + predicted)
         allowed = plan.budget_bytes if plan is not None else None
         budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
-        if budget is None or stats.replanned or not searched:
+        if budget is None or stats.replanned or not self.searched(plan):
             return None
         stats.replanned, self.budget_bytes = True, budget
         return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
@@ -183,6 +186,20 @@ class TracePlanner:
                                          self.lb, self._elsewhere) if self.ordered.get(batch) else None
         return (ops, self.candidates(ops, batch)[0], None) if ordered is None else \
             (ordered.ops, ordered.candidates, ordered)
+
+    def searched(self, plan: Plan) -> bool:
+        """Whether ``plan`` is searched (and so made on the executed graphs), not given by a count. With
+        recompute="only" it is made on the traced graph: a probe would swap."""
+        return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
+            plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
+
+    def trusted_fit(self, plan: Plan | None, batch: int | None, lean: bool) -> bool:
+        """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
+        moves, and the traced step is the model's own (no lean gradient, recompute or backward order in it)."""
+        return (plan is not None and self.searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
+                and plan.peak_bytes is not None and plan.budget_bytes is not None
+                and plan.peak_bytes <= TRUSTED_FIT * plan.budget_bytes
+                and not lean and self.recompute is False and not self.ordered.get(batch))
 
     def _probes_first(self, graph) -> bool:
         """Whether the first step will probe whatever a plan on the traced graph says: the lowest-peak rule (no

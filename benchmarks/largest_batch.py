@@ -10,19 +10,25 @@ lms_demo's simulated device, the prediction against fits that confirm it.
    bytes (the weights and optimizer state, plus the last of three steps' peak over what was allocated before it),
    found by checking batches outward from the prediction. On the split CPU both logical devices share one
    allocator (a tensor on `/CPU:1` counts in `/CPU:0`'s figures), so the LMS fits are not confirmed there.
+3. ``--batch-size-max``: ``%%lms_fit --batch-size max`` over one epoch of the same CNN on 2048 images, on
+   ``--memory``: the whole cell (choose, confirm, train) against the same fit at the batch it chose, with the same
+   LMS options, alone; each cell in a fresh IPython process (the cell's time), alternately, the ratio per pair.
 
     python benchmarks/largest_batch.py --models ResNet50 DenseNet121
     python benchmarks/largest_batch.py --confirm
+    python benchmarks/largest_batch.py --batch-size-max
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+import time
 
-from common import CODE, ROOT, Figure, child_env, report
+from common import CODE, ROOT, Figure, child_env, ratio_figure, report, runs_figure
 
 SIZE, DEMO_BATCH = 128, 8
 
@@ -148,6 +154,63 @@ def confirmed_on_the_demo(memory: str) -> list[Figure]:
                    largest, "batch")]
 
 
+PAIRS, SAMPLES = 3, 2048
+
+
+def _cell(line: str, batch: int | None, memory: str) -> dict:
+    """``%%lms_fit`` ``line`` over one epoch's fit of the CNN (at ``batch`` where given) in a fresh IPython: its
+    time, its steps, and the batch and LMS options ``--batch-size max`` chose (from what it printed)."""
+    import contextlib
+    import io
+
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "lms_magic")
+    shell.user_ns.update(model_of=_model, data_of=_data)
+    assert shell.run_cell(f"import lms_magic\nlms_magic.simulate_accelerator(memory={memory!r})\n"
+                          f"model = model_of()\nx, y = data_of({SAMPLES}, 1)").success
+    batch_size = "" if batch is None else f", batch_size={batch}"
+    printed = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(printed):
+        result = shell.run_cell(f"%%lms_fit {line}\nh = model.fit(x, y, epochs=1, verbose=0{batch_size})")
+    seconds = time.perf_counter() - started
+    assert result.success, result.error_in_exec
+    said = re.search(r"--batch-size max: batch (\d+), (with `%%lms_fit(?P<options>[^`]*)`|without LMS)",
+                     printed.getvalue())
+    chosen = None if not said else (int(said.group(1)), (said.group("options") or "").strip()
+                                    if said.group(2).startswith("with") else "--n-tensors 0")
+    print(printed.getvalue()[:3000])
+    return {"seconds": seconds, "steps": shell.user_ns["h"].params["steps"], "chosen": chosen}
+
+
+def _cell_child(line: str, memory: str, batch: int | None = None) -> dict:
+    done = subprocess.run([sys.executable, __file__, f"--cell={line}", "--memory", memory]
+                          + (["--child", str(batch)] if batch else []), capture_output=True, text=True,
+                          timeout=900, env=child_env(), cwd=ROOT)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    print(done.stdout[-3000:], flush=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def batch_size_max(memory: str) -> list[Figure]:
+    chosen, whole, alone, ratios = None, [], [], []
+    for _ in range(PAIRS):
+        found = _cell_child("--batch-size max", memory)
+        chosen = chosen or found["chosen"]
+        fixed = _cell_child(chosen[1], memory, chosen[0])
+        assert fixed["steps"] == found["steps"]  # the same fit
+        whole.append(found["seconds"])
+        alone.append(fixed["seconds"])
+        ratios.append(found["seconds"] / fixed["seconds"])
+    what = f"batch {chosen[0]}, %%lms_fit {chosen[1]}".rstrip()
+    return [runs_figure(f"%%lms_fit --batch-size max, the whole cell (lms_demo's CNN, {memory})", whole, "s"),
+            runs_figure(f"the same fit alone ({what})", alone, "s"),
+            ratio_figure("--batch-size max over the fit at its batch alone", ratios, goal="under 2")]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=["ResNet50", "DenseNet121"])
@@ -158,7 +221,16 @@ def main():
     parser.add_argument("--memory", default="64MiB")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--lms", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size-max", action="store_true")
+    parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cell is not None:
+        print(json.dumps(_cell(args.cell, args.child, args.memory)))
+        return
+    if args.batch_size_max:
+        sys.path.insert(0, str(CODE))
+        report(batch_size_max(args.memory))
+        return
     if args.child:
         print(json.dumps(_measure_here(args.child, args.memory, args.lms)))
         return

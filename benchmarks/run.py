@@ -82,7 +82,7 @@ REGISTRY = [
     Benchmark("closed_loop_torch", "PyTorch: explain_fit's prediction without LMS over its CPU meter in a real step, "
               "the same 5 models", 1.5, "closed_loop.py", backend="torch"),
     Benchmark("batch_size_max", "%%lms_fit --batch-size max on lms_demo's CNN (64 MiB) over the fit at its batch alone",
-              4, "batch_size_max.py"),
+              4, "largest_batch.py", ("--batch-size-max",)),
     Benchmark("largest_batch", "explain_fit's largest batch each way in 16 GiB: ResNet-50, DenseNet-121 224x224", 0.5,
               "largest_batch.py"),
     Benchmark("largest_batch_confirmed", "the demo CNN's largest batch on 64 MiB: predicted, and confirmed by fits",

@@ -323,11 +323,9 @@ def _gpu_allocator(device: str | None):
     count what LMS moved there)."""
     if device is None or not device.upper().lstrip("/").startswith(("GPU", "CUDA")):
         return None
-    from ..memory.frameworks import discover_counters
+    from ..memory.frameworks import resettable_counter
 
-    wanted = device.strip("/").lower()
-    return next((counter for counter in discover_counters()[0] if counter.resettable and counter.gpu_index is not None
-                 and counter.device.lower() in (wanted, wanted.replace("gpu", "cuda"))), None)
+    return resettable_counter(device)
 
 
 def _not_honoured(options: LmsOptions, unavailable: dict[str, str]) -> list[str]:

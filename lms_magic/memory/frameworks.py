@@ -125,6 +125,20 @@ def _jax_counters(modules) -> list[AllocatorCounter]:
     return counters
 
 
+def resettable_counter(device: str) -> AllocatorCounter | None:
+    """The counter of ``device`` ("/GPU:0", "GPU:0", "cuda:0", "/CPU:0") among :func:`discover_counters`'s whose
+    peak can be reset, or None. A GPU is matched under TensorFlow's and PyTorch's spellings alike.
+
+    Example:
+        >>> resettable_counter("/GPU:0") is None  # no framework imported in this doctest's process, or no GPU
+        True
+    """
+    wanted = device.strip("/").lower()
+    names = {wanted, wanted.replace("gpu:", "cuda:"), wanted.replace("cuda:", "gpu:")}
+    return next((counter for counter in discover_counters()[0]
+                 if counter.resettable and counter.device.lower() in names), None)
+
+
 def discover_counters(modules=None) -> tuple[list[AllocatorCounter], list[str]]:
     """Finds the allocator counters that can be read without side effects.
 

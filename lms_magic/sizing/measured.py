@@ -22,31 +22,35 @@ MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (t
 
 
 class StepPeaks(keras.callbacks.Callback):
-    """Reads ``counter`` (a :class:`~lms_magic.memory.frameworks.AllocatorCounter`) around each train step: its
-    peak over what the device held when the step began.
+    """Reads ``counter`` (a :class:`~lms_magic.memory.frameworks.AllocatorCounter`) around each train step but the
+    first ``skip`` (which trace): its peak over what the device held when the step began.
 
     Example:
         >>> class Counter:  # a fake allocator: each step holds 40 bytes over the 100 before it
         ...     held = 100
         ...     def reset(self): pass
         ...     def read(self): return self.held, self.held + 40
-        >>> peaks = StepPeaks(Counter())
-        >>> peaks.on_train_batch_begin(0); peaks.on_train_batch_end(0); peaks.step_bytes
-        [40]
+        >>> peaks = StepPeaks(Counter(), skip=1)
+        >>> for step in range(3):
+        ...     peaks.on_train_batch_begin(step); peaks.on_train_batch_end(step)
+        >>> peaks.step_bytes
+        [40, 40]
     """
 
-    def __init__(self, counter):
+    def __init__(self, counter, skip: int = 0):
         super().__init__()
-        self.counter = counter
+        self.counter, self.skip = counter, skip
         self.step_bytes: list[int] = []
         self._before = 0
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.counter.reset()
-        self._before = self.counter.read()[0]
+        if batch >= self.skip:
+            self.counter.reset()
+            self._before = self.counter.read()[0]
 
     def on_train_batch_end(self, batch, logs=None):
-        self.step_bytes.append(max(0, self.counter.read()[1] - self._before))
+        if batch >= self.skip:
+            self.step_bytes.append(max(0, self.counter.read()[1] - self._before))
 
 
 class StepMeter:
@@ -62,7 +66,6 @@ class StepMeter:
     def __init__(self, model, data, counter, lms_options: dict | None = None):
         self.model, self.data, self.counter = model, data, counter
         self.lms_options = dict(lms_options or {})
-        self.measured: list[MeasuredStep] = []
         self._known: dict[tuple, MeasuredStep] = {}
 
     @property
@@ -91,15 +94,14 @@ class StepMeter:
             return self._known[key]
         from ..lms.callback import LMS
 
-        peaks = StepPeaks(self.counter)
+        peaks = StepPeaks(self.counter, skip=1)
         lms = [LMS(verbose=0, **{**self.lms_options, **(options or {})})] if with_lms else []
-        outcome = self._run(batch_size, lms, _SkipFirst(peaks), steps)
+        outcome = self._run(batch_size, lms, peaks, steps)
         if outcome is None or outcome.status == "oom":
             found = MeasuredStep(batch_size, with_lms, None, out_of_memory=True)
         else:
             read = peaks.step_bytes or [0]
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)))
-        self.measured.append(found)
         self._known[key] = found
         return found
 
@@ -126,23 +128,6 @@ class StepMeter:
         return outcome
 
 
-class _SkipFirst(keras.callbacks.Callback):
-    """Passes every step but the first (which traces) to ``peaks``."""
-
-    def __init__(self, peaks: StepPeaks):
-        super().__init__()
-        self.peaks, self._seen = peaks, 0
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self._seen:
-            self.peaks.on_train_batch_begin(batch, logs)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self._seen:
-            self.peaks.on_train_batch_end(batch, logs)
-        self._seen += 1
-
-
 def step_meter(model, data, device: str | None, lms_options: dict | None = None) -> tuple[StepMeter | None, str]:
     """The meter of the device LMS relieves (``device``: "/GPU:0", "/CPU:0" simulated), or None and why not.
 
@@ -154,25 +139,22 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
 
     if device is None or device.startswith("/CPU") and not is_simulated(device):
         return None, "no accelerator to measure on: the figures are the graph's tensors only"
-    from ..memory.frameworks import discover_counters
+    from ..memory.frameworks import resettable_counter
 
-    wanted = device.strip("/").lower().replace("gpu:", "cuda:") if keras.backend.backend() == "torch" else \
-        device.strip("/").lower()
-    counters = [counter for counter in discover_counters()[0]
-                if counter.resettable and counter.device.lower() == wanted]
+    counter = resettable_counter(device)
     why = (f"{device}'s allocator cannot be read and reset on {keras.backend.backend()}: the figures are the graph's "
            "tensors only")
-    if not counters:
+    if counter is None:
         return None, why
     try:  # TensorFlow's CPU allocator keeps statistics only with oneDNN on
-        counters[0].reset()
-        counters[0].read()
+        counter.reset()
+        counter.read()
     except Exception as error:
-        if counters[0].gpu_index is None and counters[0].framework == "TensorFlow":
+        if counter.gpu_index is None and counter.framework == "TensorFlow":
             why = ("TensorFlow's CPU allocator keeps no statistics with oneDNN off: set TF_ENABLE_ONEDNN_OPTS=1 "
                    "before TensorFlow starts to have steps measured; the figures are the graph's tensors only")
         return None, f"{why} ({error})"
-    return StepMeter(model, data, counters[0], lms_options), ""
+    return StepMeter(model, data, counter, lms_options), ""
 
 
 __all__ = ["MEASURED_STEPS", "StepMeter", "StepPeaks", "step_meter"]

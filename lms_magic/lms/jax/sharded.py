@@ -17,8 +17,8 @@ import math
 ELEMENTWISE = frozenset({
     "add", "sub", "mul", "div", "max", "min", "neg", "exp", "log", "tanh", "logistic", "abs", "sign", "sqrt",
     "rsqrt", "integer_pow", "pow", "square", "select_n", "convert_element_type", "erf", "erf_inv", "log1p",
-    "expm1", "sin", "cos", "clamp", "copy", "copy_p", "stop_gradient", "add_any", "ne", "eq", "gt", "ge", "lt", "le",
-    "and", "or", "not", "nextafter", "is_finite", "reduce_precision", "name",
+    "expm1", "sin", "cos", "clamp", "copy", "stop_gradient", "add_any", "ne", "eq", "gt", "ge", "lt", "le",
+    "and", "or", "not", "nextafter", "is_finite",
 })
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin"})
 

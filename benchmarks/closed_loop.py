@@ -94,7 +94,6 @@ def run(name: str) -> list[Figure]:
 
     memory, asked, batches = MODELS[name]
     lms_magic.simulate_accelerator(memory=memory)
-    from lms_magic.lms.explain.replay import _Ways
     from lms_magic.sizing.measured import step_meter
 
     model, data = build(name, 64)
@@ -104,8 +103,8 @@ def run(name: str) -> list[Figure]:
     print(f"{name}: {correction.words}")
     print(f"{name}: replay's largest {replay.modes[0].largest_batch}, corrected {plain.largest_batch}, "
           f"{plain.confirmed.words} in {len(plain.confirmed.tried)} batch sizes")
-    ways = _Ways(model, data, min_bytes=0)
-    persistent = ways.predictor.persistent_bytes
+    predictor = plain_predictor(model, data)
+    persistent = predictor.persistent_bytes
     meter, _ = step_meter(model, data, "/CPU:0")
     bisected, bisect_steps = bisection(meter, persistent, found.plain_usable_bytes)
     print(f"{name}: bisection of real steps: {bisected} in {bisect_steps} batch sizes")
@@ -115,7 +114,7 @@ def run(name: str) -> list[Figure]:
                       len(plain.confirmed.tried), "batch sizes")]
     replay_ratios, corrected_ratios = [], []
     for batch in (b for b in batches if b != correction.batch_size):
-        step = ways.predictor.plain_peak_bytes(batch) - persistent
+        step = predictor.plain_peak_bytes(batch) - persistent
         real = measured(name, batch)
         replay_ratios.append(step / real)
         corrected_ratios.append(step * correction.ratio / real)
@@ -128,16 +127,23 @@ def run(name: str) -> list[Figure]:
     return figures
 
 
+def plain_predictor(model, data):
+    """The step's predictor without LMS, as explain_fit's (every tensor size eligible)."""
+    from lms_magic.lms.explain.predictors import StepPredictors
+    from lms_magic.lms.options import LmsOptions
+
+    return StepPredictors(model, data, LmsOptions(min_bytes=0), tuner=False).get()
+
+
 def torch_meter(name: str) -> list[Figure]:
     """On PyTorch (``KERAS_BACKEND=torch``): ``explain_fit``'s step bytes without LMS (the step run at two small
     batch sizes, every other read off them) over what PyTorch's CPU meter (``lms/torch/meter.StorageMeter``) counts
     in a real train step at the same batch (after one that warms up)."""
-    from lms_magic.lms.explain.replay import _Ways
     from lms_magic.lms.torch.meter import StorageMeter
 
     _, _, batches = MODELS[name]
     model, data = build(name, 2 * max(batches))
-    predictor = _Ways(model, data, min_bytes=0).predictor
+    predictor = plain_predictor(model, data)
     persistent = predictor.persistent_bytes
     ratios = []
     for batch in batches:

@@ -163,6 +163,7 @@ def torch_meter(name: str) -> list[Figure]:
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")  # every tensor counted (simulate_accelerator's setting)
     sys.path.insert(0, str(CODE))
     if os.environ.get("KERAS_BACKEND") == "torch":
         report([figure for name in (sys.argv[1:] or MODELS) for figure in torch_meter(name)])

@@ -9,7 +9,9 @@ peaks; with ``accelerators=N``, ``/CPU:0`` .. ``/CPU:N-1`` play N accelerators
 (for a ``MirroredStrategy``) and ``/CPU:N`` the host. The memory is the same
 RAM, in TensorFlow's one CPU allocator: a plain step's peak can be read from it
 (``explain_fit``'s measured steps), a step with LMS's cannot (what moved to the
-host counts there too). One accelerator runs one op at a time, as a GPU's compute
+host counts there too). That allocator is made the one a GPU has (BFC, which
+counts every tensor): oneDNN's, TensorFlow's default on a CPU, serves tensors
+under 256 KiB from malloc and counts none of them. One accelerator runs one op at a time, as a GPU's compute
 stream does (and as the liveness replay models): TensorFlow's CPU otherwise runs
 independent ops side by side, and a step's measured peak then holds more, and
 moves from step to step (docs/measurements.md).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from .options import OptionError
 
+BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"  # TensorFlow's switch to the allocator its GPUs use, for its CPU
 _simulated = False
 _simulated_memory_bytes: int | None = None  # the simulated accelerator's capacity, if one was given
 _accelerators = 1  # how many logical CPUs play accelerators (the next one is the host)
@@ -32,6 +35,8 @@ def simulate_accelerator(memory=None, accelerators: int = 1) -> bool:
 
     Call it before TensorFlow runs anything (right after ``%load_ext lms_magic``). With one accelerator,
     TensorFlow runs one op at a time (``inter_op_parallelism_threads`` 1; each op still uses every core).
+    It sets ``TF_CPU_ALLOCATOR_USE_BFC=true`` where it is unset: the CPU's allocator then counts every
+    tensor, as a GPU's does (oneDNN's counts none under 256 KiB).
 
     Args:
         memory: the simulated accelerator's capacity, in bytes or as "512MiB": LMS then plans to fit it, as
@@ -70,6 +75,7 @@ def simulate_accelerator(memory=None, accelerators: int = 1) -> bool:
         gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         return False
+    os.environ.setdefault(BFC_VARIABLE, "true")  # read when TensorFlow makes its CPU allocator, at device set-up
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * (accelerators + 1))

@@ -47,8 +47,14 @@ class AllocatorCounter:
         """Peak bytes reserved from the driver, where the framework tells it."""
         return None
 
+    def counts_every_tensor(self) -> bool:
+        """Whether a small tensor made on the device shows in :meth:`read` (it runs one op where it asks)."""
+        return True
+
 
 class _TensorFlowCounter(AllocatorCounter):
+    _every_tensor: dict[str, bool] = {}  # device -> counts_every_tensor(): fixed once TensorFlow made its allocator
+
     def __init__(self, tf_config, device: str, gpu_index: int | None):
         super().__init__("TensorFlow", device, gpu_index)
         self._experimental = tf_config.experimental
@@ -59,6 +65,21 @@ class _TensorFlowCounter(AllocatorCounter):
     def read(self) -> tuple[int, int]:
         info = self._experimental.get_memory_info(self.device)
         return int(info["current"]), int(info["peak"])
+
+    def counts_every_tensor(self) -> bool:
+        """False for oneDNN's CPU allocator (TensorFlow's default on a CPU, unless ``TF_CPU_ALLOCATOR_USE_BFC=true``
+        gave it a GPU's): it serves tensors under 256 KiB from malloc and counts none of them."""
+        if self.gpu_index is not None:
+            return True
+        if self.device not in self._every_tensor:
+            import tensorflow as tf
+
+            before = self.read()[0]
+            with tf.device(self.device):
+                probe = tf.zeros([16384])  # 64 KiB
+            self._every_tensor[self.device] = self.read()[0] > before
+            del probe
+        return self._every_tensor[self.device]
 
 
 class _TorchCounter(AllocatorCounter):

@@ -161,6 +161,10 @@ class MemoryProfiler:
                 profiler._absorb_allocator_peaks()  # before we reset them under an open window
         for counter in self._counters:
             try:
+                if not counter.counts_every_tensor():
+                    self._notes.append(f"{counter.framework}'s allocator on {counter.device} (oneDNN's) counts no "
+                                       "tensor under 256 KiB: set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow "
+                                       "starts to count every one")
                 if counter.resettable:
                     counter.reset()
                 self._allocator_start[counter.key] = counter.read()

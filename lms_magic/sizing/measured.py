@@ -146,14 +146,16 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
            "tensors only")
     if counter is None:
         return None, why
-    try:  # TensorFlow's CPU allocator keeps statistics only with oneDNN on
+    on_cpu = counter.gpu_index is None and counter.framework == "TensorFlow"
+    advice = ("set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts (simulate_accelerator() does) to have steps "
+              "measured; the figures are the graph's tensors only")
+    try:
         counter.reset()
         counter.read()
-    except Exception as error:
-        if counter.gpu_index is None and counter.framework == "TensorFlow":
-            why = ("TensorFlow's CPU allocator keeps no statistics with oneDNN off: set TF_ENABLE_ONEDNN_OPTS=1 "
-                   "before TensorFlow starts to have steps measured; the figures are the graph's tensors only")
-        return None, f"{why} ({error})"
+    except Exception as error:  # TensorFlow's CPU allocator keeps no statistics with oneDNN off and no BFC
+        return None, (f"TensorFlow's CPU allocator keeps no statistics: {advice}" if on_cpu else why) + f" ({error})"
+    if not counter.counts_every_tensor():
+        return None, f"TensorFlow's CPU allocator (oneDNN's) counts no tensor under 256 KiB: {advice}"
     return StepMeter(model, data, counter, lms_options), ""
 
 

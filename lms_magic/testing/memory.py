@@ -86,8 +86,9 @@ class FakeGpuSource(GpuSource):
 class FakeCounter(AllocatorCounter):
     """An allocator counter whose peak the test sets by hand."""
 
-    def __init__(self, framework="FakeFramework", device="GPU:0", gpu_index=0, resettable=True):
+    def __init__(self, framework="FakeFramework", device="GPU:0", gpu_index=0, resettable=True, every_tensor=True):
         super().__init__(framework, device, gpu_index, resettable)
+        self.every_tensor = every_tensor  # False: as oneDNN's CPU allocator, which counts no tensor under 256 KiB
         self.current_bytes = 0
         self.peak_bytes = 0
         self.resets = 0
@@ -105,6 +106,9 @@ class FakeCounter(AllocatorCounter):
 
     def read(self) -> tuple[int, int]:
         return self.current_bytes, self.peak_bytes
+
+    def counts_every_tensor(self) -> bool:
+        return self.every_tensor
 
 
 class FakeClock:

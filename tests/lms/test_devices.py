@@ -24,9 +24,12 @@ def python(code: str) -> subprocess.CompletedProcess:
 
 def test_it_splits_the_cpu_before_tensorflow_starts_and_says_what_to_do_after():
     done = python("import lms_magic, tensorflow as tf\n"
-                  "print(lms_magic.simulate_accelerator(), [d.name for d in tf.config.list_logical_devices('CPU')])")
+                  "print(lms_magic.simulate_accelerator(), [d.name for d in tf.config.list_logical_devices('CPU')])\n"
+                  "before = tf.config.experimental.get_memory_info('CPU:0')['current']\n"
+                  "with tf.device('/CPU:0'):\n    small = tf.zeros([1000])\n"  # 4000 bytes: oneDNN's allocator misses it
+                  "print(tf.config.experimental.get_memory_info('CPU:0')['current'] - before >= 4000)")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "['/device:CPU:0',", "'/device:CPU:1']"]
+    assert done.stdout.split() == ["True", "['/device:CPU:0',", "'/device:CPU:1']", "True"]
     late = python("import lms_magic, tensorflow as tf\ntf.constant(1.0) + 1\nlms_magic.simulate_accelerator()")
     assert late.returncode != 0
     assert "must run before TensorFlow initialises" in late.stderr and "restart the kernel" in late.stderr

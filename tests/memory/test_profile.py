@@ -134,6 +134,13 @@ def test_nested_windows_keep_the_outer_allocator_peak():
     assert outer_report.host.allocators[0].peak_bytes == 300 * MIB
 
 
+def test_an_allocator_that_misses_small_tensors_is_said_with_what_to_set():
+    counter = FakeCounter("TensorFlow", "CPU:0", gpu_index=None, every_tensor=False)
+    report = profile(FakeGpuSource(), [counter]).start().stop()
+    assert "counts no tensor under 256 KiB" in str(report) and "TF_CPU_ALLOCATOR_USE_BFC=true" in str(report)
+    assert "256 KiB" not in str(profile(FakeGpuSource(), [FakeCounter("TensorFlow", "CPU:0", None)]).start().stop())
+
+
 def test_injected_clock_sets_duration():
     report = profile(FakeGpuSource(), clock=FakeClock(step_s=0.25)).start().stop()
     assert report.duration_s > 0 and report.duration_s % 0.25 == 0

@@ -125,8 +125,8 @@ def test_confirm_without_a_device_to_measure_on_says_what_to_do(devices):
 
 
 def test_an_allocator_that_keeps_no_statistics_is_said_and_nothing_runs(simulated, monkeypatch):
-    """TensorFlow's CPU allocator with oneDNN off cannot be reset: explain_fit says so (confirm=True: an error that
-    says what to set) and runs no step."""
+    """TensorFlow's CPU allocator with oneDNN off (and no BFC) cannot be reset: explain_fit says so (confirm=True:
+    an error that says what to set) and runs no step."""
     from lms_magic import explain_fit
     from lms_magic.memory import frameworks
     from tests.models import images, reference_cnn_small
@@ -140,7 +140,34 @@ def test_an_allocator_that_keeps_no_statistics_is_said_and_nothing_runs(simulate
     monkeypatch.setattr(frameworks, "discover_counters", lambda modules=None: ([NoStatistics()], []))
     model = reference_cnn_small()
     found = explain_fit(model, images(16, 32), batch_size=64, modes=("without LMS",))
-    assert found.correction is None and "TF_ENABLE_ONEDNN_OPTS=1" in found.unmeasured
-    assert "TF_ENABLE_ONEDNN_OPTS=1" in str(found)
+    assert found.correction is None and "TF_CPU_ALLOCATOR_USE_BFC=true" in found.unmeasured
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in str(found)
     with pytest.raises(ValueError, match="confirm=True: TensorFlow's CPU allocator keeps no statistics"):
         explain_fit(model, images(16, 32), batch_size=64, modes=("without LMS",), confirm=True)
+
+
+def test_an_allocator_that_misses_small_tensors_is_said_and_nothing_runs(simulated, monkeypatch):
+    """oneDNN's CPU allocator (TensorFlow's default on a CPU) counts no tensor under 256 KiB: its peaks would make
+    the corrections too small, so explain_fit measures nothing there and says what to set."""
+    from lms_magic import explain_fit
+    from lms_magic.memory import frameworks
+    from tests.models import images, reference_cnn_small
+
+    class MissesSmallTensors:
+        framework, device, gpu_index, resettable = "TensorFlow", "CPU:0", None, True
+        reads = 0
+
+        def reset(self):
+            pass
+
+        def read(self):
+            MissesSmallTensors.reads += 1
+            return 0, 0
+
+        def counts_every_tensor(self):
+            return False
+
+    monkeypatch.setattr(frameworks, "discover_counters", lambda modules=None: ([MissesSmallTensors()], []))
+    found = explain_fit(reference_cnn_small(), images(16, 32), batch_size=64, modes=("without LMS",))
+    assert found.correction is None and "counts no tensor under 256 KiB" in found.unmeasured
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in str(found) and MissesSmallTensors.reads == 1  # the probe's read only

@@ -87,4 +87,5 @@ def plain_step_peak(model, x, y, batch_size: int) -> int:
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")  # every tensor counted, as simulate_accelerator() sets
     print(json.dumps({"peak_bytes": _measure_here(sys.argv[1])}))

@@ -1,6 +1,6 @@
 """explain_fit's closed loop on models the docs do not use, against TensorFlow's allocator (issue 54's numbers).
 
-On ``simulate_accelerator``'s device (oneDNN on), per model:
+On ``simulate_accelerator``'s device (oneDNN on, BFC's allocator, which counts every tensor), per model:
 - the replay's and the corrected prediction of the peak without LMS over the measured one, at batch sizes other
   than the one the correcting step ran at; measured: the allocator's peak of a plain step over what the device
   held before it, the median of 3 steps in a fresh process, the median of 3 processes;
@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 from common import CODE, Figure, child_env, fit_step_peaks, report
 
@@ -137,7 +136,7 @@ def same_process(name, model, data, predictor, correction, batches) -> Figure:
 
     ratios = []
     for batch in (b for b in batches if b != correction.batch_size):
-        x, y = (np.concatenate([part] * -(-4 * batch // len(part)))[:4 * batch] for part in data)
+        x, y = (np.resize(part, (4 * batch, *part.shape[1:])) for part in data)  # the samples repeated
         step = (predictor.plain_peak_bytes(batch) - predictor.persistent_bytes) * correction.ratio
         held = fit_step_peaks(model, x, y, batch)["step_peak_bytes"]
         ratios.append(step / held)

@@ -11,8 +11,8 @@ RAM, in TensorFlow's one CPU allocator: a plain step's peak can be read from it
 (``explain_fit``'s measured steps), a step with LMS's cannot (what moved to the
 host counts there too). That allocator is made the one a GPU has (BFC, which
 counts every tensor): oneDNN's, TensorFlow's default on a CPU, serves tensors
-under 256 KiB from malloc and counts none of them. One accelerator runs one op at a time, as a GPU's compute
-stream does (and as the liveness replay models): TensorFlow's CPU otherwise runs
+under 256 KiB from malloc and counts none of them. One accelerator runs one op
+at a time, as a GPU's compute stream does (and as the liveness replay models): TensorFlow's CPU otherwise runs
 independent ops side by side, and a step's measured peak then holds more, and
 moves from step to step (docs/measurements.md).
 """

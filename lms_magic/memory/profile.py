@@ -10,7 +10,7 @@ import time
 from typing import Callable, Iterable, Iterator
 
 from .report import AllocatorPeak, GpuMemory, HostMemory, MemoryReport, Timeline
-from .frameworks import AllocatorCounter, discover_counters
+from .frameworks import BFC_ADVICE, MISSES_SMALL_TENSORS, AllocatorCounter, discover_counters
 from .host import PeakWindow, rss_bytes
 from .nvml import GpuLost, GpuSource, GpuUnavailable, NvmlSource, visible_indices
 from .recorder import BackgroundSampler
@@ -162,9 +162,8 @@ class MemoryProfiler:
         for counter in self._counters:
             try:
                 if not counter.counts_every_tensor():
-                    self._notes.append(f"{counter.framework}'s allocator on {counter.device} (oneDNN's) counts no "
-                                       "tensor under 256 KiB: set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow "
-                                       "starts to count every one")
+                    self._notes.append(f"{counter.framework}'s allocator on {counter.device} (oneDNN's) "
+                                       f"{MISSES_SMALL_TENSORS}: {BFC_ADVICE} to count every one")
                 if counter.resettable:
                     counter.reset()
                 self._allocator_start[counter.key] = counter.read()

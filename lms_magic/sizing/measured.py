@@ -139,7 +139,7 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
 
     if device is None or device.startswith("/CPU") and not is_simulated(device):
         return None, "no accelerator to measure on: the figures are the graph's tensors only"
-    from ..memory.frameworks import resettable_counter
+    from ..memory.frameworks import BFC_ADVICE, MISSES_SMALL_TENSORS, resettable_counter
 
     counter = resettable_counter(device)
     why = (f"{device}'s allocator cannot be read and reset on {keras.backend.backend()}: the figures are the graph's "
@@ -147,15 +147,15 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
     if counter is None:
         return None, why
     on_cpu = counter.gpu_index is None and counter.framework == "TensorFlow"
-    advice = ("set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts (simulate_accelerator() does) to have steps "
-              "measured; the figures are the graph's tensors only")
+    advice = (f"{BFC_ADVICE} (simulate_accelerator() does) to have steps measured; the figures are the graph's "
+              "tensors only")
     try:
         counter.reset()
         counter.read()
     except Exception as error:  # TensorFlow's CPU allocator keeps no statistics with oneDNN off and no BFC
         return None, (f"TensorFlow's CPU allocator keeps no statistics: {advice}" if on_cpu else why) + f" ({error})"
     if not counter.counts_every_tensor():
-        return None, f"TensorFlow's CPU allocator (oneDNN's) counts no tensor under 256 KiB: {advice}"
+        return None, f"TensorFlow's CPU allocator (oneDNN's) {MISSES_SMALL_TENSORS}: {advice}"
     return StepMeter(model, data, counter, lms_options), ""
 
 

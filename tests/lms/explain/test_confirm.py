@@ -170,4 +170,4 @@ def test_an_allocator_that_misses_small_tensors_is_said_and_nothing_runs(simulat
     monkeypatch.setattr(frameworks, "discover_counters", lambda modules=None: ([MissesSmallTensors()], []))
     found = explain_fit(reference_cnn_small(), images(16, 32), batch_size=64, modes=("without LMS",))
     assert found.correction is None and "counts no tensor under 256 KiB" in found.unmeasured
-    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in str(found) and MissesSmallTensors.reads == 1  # the probe's read only
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in str(found) and MissesSmallTensors.reads == 1  # the meter's check: no step read

@@ -64,17 +64,6 @@ def test_a_search_cut_short_says_that_the_batch_above_was_not_measured():
     assert "11 and above not measured" in found.words
 
 
-@pytest.fixture
-def simulated(monkeypatch, devices):
-    """The tests' split CPU as simulate_accelerator's device of 32 MiB, put back after."""
-    import lms_magic
-    from lms_magic.lms import devices as lms_devices
-
-    for name in ("_simulated", "_simulated_memory_bytes"):
-        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
-    lms_magic.simulate_accelerator(memory="32MiB")
-
-
 def state(model):
     return [np.array(v.numpy()) for v in model.variables + model.optimizer.variables + model.metrics_variables]
 

@@ -87,22 +87,26 @@ def test_the_largest_batches_are_where_the_predictions_cross_the_device(devices)
     assert "%%lms_fit" in page and str(lms.largest_batch) in page
 
 
-def test_the_largest_batch_without_lms_trains_within_the_device(devices):
-    """What a fit then confirms: TensorFlow's allocator at the largest batch found stays within the device."""
+def test_the_largest_batch_without_lms_trains_within_the_device(simulated):
+    """What a fit then confirms: TensorFlow's allocator at the largest batch found stays within the device. The
+    replay alone misses some of what the allocator holds (a fit at its largest batch held 0.86-1.02 of this
+    device); the step explain_fit measures on the device closes the gap."""
     import tensorflow as tf
 
     model = reference_cnn_small()
     data = images(256, 32)
     capacity = capacity_between(TuningSession(model, data, BATCH, **OPTIONS))
-    largest = explain_fit(model, data, batch_size=BATCH, capacity=capacity, modes=("without LMS",),
-                          **OPTIONS).modes[0].largest_batch
+    found = explain_fit(model, data, batch_size=BATCH, capacity=capacity, modes=("without LMS",), **OPTIONS)
+    assert found.correction is not None and found.correction.measured_bytes > 0, found.unmeasured
+    largest = found.modes[0].largest_batch
+    device = DEVICES.accelerator.strip("/")
     with tf.device(DEVICES.accelerator):
         model.fit(*data, batch_size=largest, epochs=1, verbose=0, shuffle=False)
-        tf.config.experimental.reset_memory_stats(DEVICES.accelerator.strip("/"))
-        before = tf.config.experimental.get_memory_info(DEVICES.accelerator.strip("/"))["current"]
+        tf.config.experimental.reset_memory_stats(device)
+        before = tf.config.experimental.get_memory_info(device)["current"]  # other tests' tensors too
         model.fit(*data, batch_size=largest, epochs=1, verbose=0, shuffle=False)
-        peak = tf.config.experimental.get_memory_info(DEVICES.accelerator.strip("/"))["peak"]
-    assert peak - before <= capacity
+        peak = tf.config.experimental.get_memory_info(device)["peak"]
+    assert peak - before <= capacity, (found.correction, largest)
 
 
 def test_the_frontier_gives_each_way_at_each_batch_and_the_largest_at_speed(devices):

@@ -1,4 +1,5 @@
-"""explain_fit's closed loop on models the docs do not use, against TensorFlow's allocator (issue 54's numbers).
+"""explain_fit's closed loop on models the docs do not use, and on the docs' own when named, against TensorFlow's
+allocator (issue 54's numbers).
 
 On ``simulate_accelerator``'s device (oneDNN on, BFC's allocator, which counts every tensor), per model:
 - the replay's and the corrected prediction of the peak without LMS over the measured one, at batch sizes other
@@ -10,8 +11,9 @@ On ``simulate_accelerator``'s device (oneDNN on, BFC's allocator, which counts e
 
 On PyTorch (``KERAS_BACKEND=torch``): the prediction without LMS over PyTorch's CPU meter in a real step.
 
-    python benchmarks/closed_loop.py                 # every model
+    python benchmarks/closed_loop.py                 # the five models above
     python benchmarks/closed_loop.py unet            # one
+    python benchmarks/closed_loop.py resnet50 densenet121 mobilenet_v2 efficientnet_b0   # the docs' models, 128x128
     KERAS_BACKEND=torch python benchmarks/closed_loop.py
 """
 
@@ -32,12 +34,26 @@ MODELS = {  # name: (device memory, the batch explain_fit is asked, the batches 
     "transformer": ("48MiB", 48, (8, 16, 32)),
     "reference_cnn": ("64MiB", 48, (8, 16, 32)),
 }
+# the models the docs use (keras.applications, 128x128, SGD with momentum, as the release check's), only when named:
+# each device holds a plain batch of about 14
+APPLICATIONS = {
+    "resnet50": ("ResNet50", "856MiB"),
+    "densenet121": ("DenseNet121", "808MiB"),
+    "mobilenet_v2": ("MobileNetV2", "375MiB"),
+    "efficientnet_b0": ("EfficientNetB0", "551MiB"),
+}
+MODELS.update({name: (memory, 32, (6, 10, 20)) for name, (_, memory) in APPLICATIONS.items()})
+DEFAULT = ("unet", "convnext", "mobilenet_v3", "transformer", "reference_cnn")
 PROCESSES = 3
 
 
 def build(name: str, n: int):
     from tests import models
 
+    if name in APPLICATIONS:
+        from tests.lms.tensorflow.fresh_peak import application
+
+        return application(APPLICATIONS[name][0], 128, n, steps=1)
     if name == "unet":
         return models.encoder_decoder(64), models.pixel_labels(n, 64)
     if name == "convnext":
@@ -185,11 +201,11 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")  # every tensor counted (simulate_accelerator's setting)
     sys.path.insert(0, str(CODE))
     if os.environ.get("KERAS_BACKEND") == "torch":
-        report([figure for name in (sys.argv[1:] or MODELS) for figure in torch_meter(name)])
+        report([figure for name in (sys.argv[1:] or DEFAULT) for figure in torch_meter(name)])
     elif sys.argv[1:2] == ["--measure"]:
         print(json.dumps({"peak_bytes": measure_here(sys.argv[2], int(sys.argv[3]))}))
     else:
-        names = sys.argv[1:] or list(MODELS)
+        names = sys.argv[1:] or list(DEFAULT)
         if len(names) > 1:  # simulate_accelerator's memory is fixed per process: one model a process
             for model_name in names:
                 subprocess.run([sys.executable, __file__, model_name], check=True, env=child_env(), cwd=CODE)

@@ -34,6 +34,7 @@ MODELS = {  # name: (device memory, the batch explain_fit is asked, the batches 
     "transformer": ("48MiB", 48, (8, 16, 32)),
     "reference_cnn": ("64MiB", 48, (8, 16, 32)),
 }
+DEFAULT = tuple(MODELS)  # what a run with no names measures
 # the models the docs use (keras.applications, 128x128, SGD with momentum, as the release check's), only when named:
 # each device holds a plain batch of about 14
 APPLICATIONS = {
@@ -43,7 +44,6 @@ APPLICATIONS = {
     "efficientnet_b0": ("EfficientNetB0", "551MiB"),
 }
 MODELS.update({name: (memory, 32, (6, 10, 20)) for name, (_, memory) in APPLICATIONS.items()})
-DEFAULT = ("unet", "convnext", "mobilenet_v3", "transformer", "reference_cnn")
 PROCESSES = 3
 
 

@@ -111,6 +111,19 @@ def lms_options(devices):
 
 
 @pytest.fixture
+def accelerator_memory(monkeypatch, devices):
+    """Gives the simulated accelerator a capacity (``lms_magic.simulate_accelerator(memory=...)``; the tests'
+    CPU is split already, so the call only marks it simulated and sets the memory), put back as it was after the
+    test."""
+    import lms_magic
+    from lms_magic.lms import devices as lms_devices
+
+    for name in ("_simulated", "_simulated_memory_bytes"):
+        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
+    return lambda memory: lms_magic.simulate_accelerator(memory=memory)
+
+
+@pytest.fixture
 def shell():
     """IPython's test shell with lms_magic loaded and a clean user namespace."""
     from IPython.testing.globalipapp import get_ipython

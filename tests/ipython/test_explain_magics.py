@@ -23,14 +23,9 @@ class RunsOutOfMemory(keras.callbacks.Callback):
 
 
 @pytest.fixture
-def cnn_shell(shell, devices, monkeypatch):
+def cnn_shell(shell, accelerator_memory):
     """The shell with a 6-layer CNN ``model``, images ``x``, ``y``, and a simulated accelerator of 16 MiB."""
-    import lms_magic
-    from lms_magic.lms import devices as lms_devices
-
-    for name in ("_simulated", "_simulated_memory_bytes"):
-        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
-    lms_magic.simulate_accelerator(memory="16MiB")
+    accelerator_memory("16MiB")
     assert shell.run_cell(CNN_SETUP).success
     return shell
 

@@ -4,11 +4,6 @@ import pytest
 
 
 @pytest.fixture
-def simulated(monkeypatch, devices):
+def simulated(accelerator_memory):
     """The tests' split CPU as simulate_accelerator's device of 32 MiB, put back after."""
-    import lms_magic
-    from lms_magic.lms import devices as lms_devices
-
-    for name in ("_simulated", "_simulated_memory_bytes"):
-        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
-    lms_magic.simulate_accelerator(memory="32MiB")
+    accelerator_memory("32MiB")

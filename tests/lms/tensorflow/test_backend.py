@@ -319,18 +319,6 @@ def test_a_batch_size_unknown_at_trace_time_is_found_in_the_fit(source, expected
     assert_same_training(train(models.residual_bn_dropout, make, epochs=1, **options), lms)
 
 
-@pytest.fixture
-def accelerator_memory(monkeypatch, devices):
-    """Gives the simulated accelerator a capacity (``lms_magic.simulate_accelerator(memory=...)``; the tests'
-    CPU is split already, so the call only sets it), put back as it was after the test."""
-    import lms_magic
-    from lms_magic.lms import devices as lms_devices
-
-    for name in ("_simulated", "_simulated_memory_bytes"):
-        monkeypatch.setattr(lms_devices, name, getattr(lms_devices, name))
-    return lambda memory: lms_magic.simulate_accelerator(memory=memory)
-
-
 def capacity_for(usable_bytes: int) -> int:
     """The capacity whose usable part (less the headroom) is ``usable_bytes``."""
     from lms_magic.lms.core.plan import CAPACITY_HEADROOM

@@ -62,12 +62,17 @@ def train_step_replaced(model, train_step: Callable, jit_off: bool = True) -> It
 
 
 class ModelFitReplaced:
-    """The one interceptor of Keras's ``fit``: inside a ``with`` block, ``keras.Model.fit(model, *args, **kwargs)``
-    is ``self.route(original_fit, model, args, kwargs)``, and each of ``self.methods()`` (``fit_generator``, say) is
-    set on ``keras.Model``; after it, ``keras.Model`` is exactly as before (its own attribute, or none), however the
+    """The one interceptor of Keras's ``fit``: inside a ``with`` block, a ``fit(model, *args, **kwargs)`` call is
+    ``self.route(original_fit, model, args, kwargs)``, and each of ``self.methods()`` (``fit_generator``, say) is
+    set on ``keras.Model``; after it, every class is exactly as before (its own attribute, or none), however the
     block ends. Where Keras is not imported yet, nothing is replaced (a cell that imports nothing of Keras imports
     nothing here) and ``original_fit`` is None. Subclasses say what a fit does: ``fit/intercept.py`` routes a cell's
     fits through fair runs, ``lms/explain/account.py`` explains the ones that run out of memory.
+
+    The ``fit`` routed is the outermost one the user called: a subclass of ``keras.Model`` with a ``fit`` of its
+    own (KerasHub's task models batch arrays into a dataset there, then call Keras's) is replaced too, ``route``
+    gets that class's ``fit`` as ``original`` and the user's own arguments, and any ``fit`` called while a routed
+    one runs (the subclass's call of Keras's, or a fit a route makes) runs as it is.
 
     Example:
         >>> import keras
@@ -93,37 +98,72 @@ class ModelFitReplaced:
     def __enter__(self):
         keras = sys.modules.get("keras")
         model_class = getattr(keras, "Model", None)
-        self._model_class, self._saved = model_class, {}
+        self._model_class, self._saved, self._routing = model_class, [], 0
         if model_class is None:
             return self
         methods = self.methods()
-        self._saved = {name: model_class.__dict__.get(name, _MISSING) for name in ("fit", *methods)}
-        original, route = model_class.fit, self.route
-
-        def fit(model, *args, **kwargs):
-            __tracebackhide__ = True  # noqa: F841
-            return route(original, model, args, kwargs)
-
-        fit.__doc__, fit.__wrapped__ = original.__doc__, original
-        self.original_fit = original
-        model_class.fit = fit
+        self._saved = [(model_class, name, model_class.__dict__.get(name, _MISSING)) for name in methods]
+        self.original_fit = model_class.fit
+        for owner in [model_class] + _overriding_fit(model_class):
+            self._saved.append((owner, "fit", owner.__dict__.get("fit", _MISSING)))
+            owner.fit = self._routed(owner.__dict__["fit"] if owner is not model_class else model_class.fit)
         for name, method in methods.items():
             setattr(model_class, name, method)
         return self
 
+    def _routed(self, original: Callable) -> Callable:
+        def fit(model, *args, **kwargs):
+            __tracebackhide__ = True  # noqa: F841
+            if self._routing:  # inside a routed fit: as it is
+                return original(model, *args, **kwargs)
+            self._routing += 1
+            try:
+                return self.route(original, model, args, kwargs)
+            finally:
+                self._routing -= 1
+
+        fit.__doc__, fit.__wrapped__ = original.__doc__, original
+        return fit
+
     def __exit__(self, *exc_info) -> None:
-        model_class, saved, self._saved = self._model_class, self._saved, {}
-        for name, value in saved.items():
+        saved, self._saved = self._saved, []
+        for owner, name, value in reversed(saved):
             if value is _MISSING:
-                if name in model_class.__dict__:
-                    delattr(model_class, name)
+                if name in owner.__dict__:
+                    delattr(owner, name)
             else:
-                setattr(model_class, name, value)
+                setattr(owner, name, value)
+
+
+def _overriding_fit(model_class) -> list:
+    """The subclasses of ``model_class`` (imported so far) that define a ``fit`` of their own."""
+    found, pending, seen = [], list(model_class.__subclasses__()), set()
+    while pending:
+        owner = pending.pop()
+        if owner in seen:
+            continue
+        seen.add(owner)
+        if "fit" in owner.__dict__ and callable(owner.__dict__["fit"]):
+            found.append(owner)
+        pending.extend(owner.__subclasses__())
+    return found
 
 
 def layers_of(model) -> list:
     """Every layer of ``model``, nested ones included."""
     return list(model._flatten_layers(include_self=False, recursive=True))
+
+
+def layer_tree(model) -> tuple[str, dict]:
+    """``model``'s name and its layers as a tree: ``{name: (class name, {child name: ...})}``, each layer's
+    direct sublayers under it (a name is unique among a parent's children, not across the model)."""
+    def children(layer) -> dict:
+        found: dict = {}
+        for child in layer._flatten_layers(include_self=False, recursive=False):
+            found.setdefault(child.name, (type(child).__name__, children(child)))
+        return found
+
+    return model.name, children(model)
 
 
 def layer_types(model) -> dict[str, str]:
@@ -413,3 +453,14 @@ def jax_started(modules) -> bool:
     """Whether JAX's backends exist (asking for devices would create them and take GPU memory)."""
     bridge = modules.get("jax._src.xla_bridge")
     return bridge is not None and bool(getattr(bridge, "_backends", None))
+
+
+# -- a fit's data, as Keras's own adapters read it -----------------------------------------------------
+def numpy_batches(x, y=None, sample_weight=None, class_weight=None):
+    """The batches ``fit(x, y, sample_weight=..., class_weight=...)`` trains on, as NumPy, from Keras's own data
+    adapter: arrays (in batches of Keras's default 32), dicts of arrays, ``tf.data``, ``PyDataset``, grain
+    datasets, whatever Keras accepts. Each is ``x`` or ``(x, y)`` or ``(x, y, sample_weight)``."""
+    from keras.src.trainers.data_adapters import get_data_adapter
+
+    adapter = get_data_adapter(x, y=y, sample_weight=sample_weight, class_weight=class_weight, shuffle=False)
+    return adapter.get_numpy_iterator()

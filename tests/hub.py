@@ -45,3 +45,44 @@ def fit_both(kind: str, callback, epochs: int = 1, **size):
                             verbose=0, shuffle=False, callbacks=callbacks)
         fitted.append((history.history["loss"], model.get_weights()))
     return fitted
+
+
+CAUSAL_LMS = {"gemma": ("GemmaBackbone", "GemmaCausalLM"), "llama": ("LlamaBackbone", "LlamaCausalLM"),
+              "mistral": ("MistralBackbone", "MistralCausalLM")}
+
+
+def causal_lm(family: str = "gemma", seed: int = 1, layers: int = 2, hidden: int = 64, vocabulary: int = 512,
+              dtype: str = "float32"):
+    """A KerasHub causal LM of ``family`` from a config (4 query / 1 key-value heads), no preprocessor, LoRA of
+    rank 4 on its backbone, compiled as KerasHub's fine-tuning guides do: AdamW, a weighted sparse-categorical
+    accuracy; under the ``dtype`` policy (``mixed_bfloat16`` for mixed precision), set back after building."""
+    keras_hub = pytest.importorskip("keras_hub", reason="keras-hub is installed by `make install` (no-deps)")
+    import keras
+
+    backbone_class, task_class = (getattr(keras_hub.models, name) for name in CAUSAL_LMS[family])
+    keras.utils.set_random_seed(seed)
+    size = dict(vocabulary_size=vocabulary, num_layers=layers, num_query_heads=4, num_key_value_heads=1,
+                hidden_dim=hidden, intermediate_dim=2 * hidden)
+    size.update(head_dim=hidden // 4) if family == "gemma" else size.update(rope_max_wavelength=10000)
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(dtype)
+    try:
+        backbone = backbone_class(**size)
+        model = task_class(backbone=backbone, preprocessor=None)
+        backbone.enable_lora(4)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()])
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    return model
+
+
+def lm_data(n: int = 32, sequence: int = 64, vocabulary: int = 512, seed: int = 0):
+    """Token ids and a padding mask (the last quarter padded), next-token labels, and the mask as sample weights:
+    ``(x, y, sample_weight)`` as a fine-tuning loop passes them."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, vocabulary, (n, sequence)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[:, sequence * 3 // 4:] = 0
+    return {"token_ids": ids, "padding_mask": mask}, np.roll(ids, -1, axis=1), mask.astype("float32")

@@ -51,11 +51,21 @@ def _one_shot(data) -> bool:
 
 
 def _batch_size(data, kwargs) -> int | None:
+    """The samples a step of the fit takes: its ``batch_size``, Keras's 32 for arrays, or the leading dimension
+    of a dataset's first batch (tf.data, PyDataset, grain: read again, not consumed); None where not known."""
     if kwargs.get("batch_size"):
         return int(kwargs["batch_size"])
-    if isinstance(data, np.ndarray):
+    leaves = [leaf for leaf in keras.tree.flatten(data) if leaf is not None] if isinstance(data, (dict, list)) else [data]
+    if leaves and all(isinstance(leaf, np.ndarray) for leaf in leaves):
         return 32  # Keras's default
-    return None
+    if data is None or _one_shot(data):
+        return None
+    try:
+        first = next(iter(internals.numpy_batches(data)))
+    except Exception:  # a kind of data Keras's adapters cannot read again
+        return None
+    leaves = [leaf for leaf in keras.tree.flatten(first) if leaf is not None]
+    return int(np.shape(leaves[0])[0]) if leaves and np.ndim(leaves[0]) else None
 
 
 class VariantRunner:
@@ -69,7 +79,7 @@ class VariantRunner:
         interval_s: memory sampling interval.
         announce: prints a line as each variant starts.
         notes: where to add notes on the comparison (the result's notes).
-        explain_out_of_memory: ``(model, args, kwargs) -> text``, announced after a variant ran out of memory
+        explain_out_of_memory: ``(model, args, kwargs, fit) -> text``, announced after a variant ran out of memory
             (what filled the step, what would fit), or None.
     """
 
@@ -93,7 +103,9 @@ class VariantRunner:
             if note not in self.notes:
                 self.notes.append(note)
 
-    def run(self, model, args: tuple, kwargs: dict) -> tuple[object, list[VariantResult]]:
+    def run(self, model, args: tuple, kwargs: dict, fit=None) -> tuple[object, list[VariantResult]]:
+        """Runs ``fit(model, *args, **kwargs)`` (``fit``: the runner's own where None) as each variant; the
+        history the cell gets, and each variant's result."""
         from ..lms.callback import LMS
 
         args, kwargs = list(args), dict(kwargs)
@@ -119,13 +131,13 @@ class VariantRunner:
             lms = LMS.from_options(self.lms_options.replace(batch_size_hint=hint)) if name == "lms" else None
             self._announce(f"--- %%lms_fit: {'with LMS' if lms else 'without LMS'} ({name}) ---")
             profiler = MemoryProfiler(interval_s=self.interval_s).start()
-            outcome = start.run(functools.partial(self._fit, model), args, kwargs, [lms] if lms else [], self.max_steps, profiler)
+            outcome = start.run(functools.partial(fit or self._fit, model), args, kwargs, [lms] if lms else [], self.max_steps, profiler)
             error = None
             if outcome.status == "oom":
                 error = f"out of memory: {OOM_ADVICE}"
                 self._announce(f"--- {name} ran out of memory; {OOM_ADVICE} ---")
                 if self._explain_out_of_memory is not None and not outcome.explained:
-                    self._announce(self._explain_out_of_memory(model, args, kwargs))
+                    self._announce(self._explain_out_of_memory(model, args, kwargs, fit))
             histories[name] = outcome.history
             batch_size = _batch_size(data, kwargs) or (recording.batch_size() if recording else None)
             results.append(VariantResult.from_run(name, outcome.status, error, outcome.recorder, profiler.report,

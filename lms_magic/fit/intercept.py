@@ -7,7 +7,8 @@ from .snapshot import TrainingState
 
 
 class FitInterceptor(ModelFitReplaced):
-    """While active, ``keras.Model.fit`` and ``keras.Model.fit_generator`` call ``run(model, args, kwargs)``
+    """While active, ``keras.Model.fit`` (or a subclass's own ``fit``: the outermost one called) and
+    ``keras.Model.fit_generator`` call ``run(fit, model, args, kwargs)``, ``fit`` the one called, unreplaced
     (``internals.ModelFitReplaced``, the one interceptor of ``fit``).
 
     Each model is captured at its first ``fit`` in the cell, so :meth:`restore_models` can put every model back as
@@ -17,7 +18,6 @@ class FitInterceptor(ModelFitReplaced):
     def __init__(self, run):
         self._run = run
         self._states: list[tuple[object, TrainingState]] = []
-        self._busy = False
 
     def __enter__(self) -> "FitInterceptor":
         import keras  # noqa: F401  (imported, so that there is a fit to route)
@@ -33,15 +33,9 @@ class FitInterceptor(ModelFitReplaced):
         return {"fit_generator": fit_generator}
 
     def route(self, original, model, args, kwargs):
-        if self._busy:  # a fit inside a fit: leave it alone
-            return original(model, *args, **kwargs)
         if all(known is not model for known, _ in self._states):
             self._states.append((model, TrainingState.capture(model)))
-        self._busy = True
-        try:
-            return self._run(model, args, kwargs)
-        finally:
-            self._busy = False
+        return self._run(original, model, args, kwargs)
 
     def restore_models(self) -> None:
         """Puts every model that trained in the cell back as it was before the cell."""

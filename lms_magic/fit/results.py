@@ -105,12 +105,34 @@ ROWS = [  # (label, function of a variant, format)
     ("GPU allocator peak (MiB)", lambda v: _gpu_allocator_peak(v) and _gpu_allocator_peak(v) / MIB, "{:.1f}"),
     ("host allocator peak (MiB)", _host_allocator_peak_mib, "{:.1f}"),
     ("final loss", lambda v: v.final("loss"), "{:.6f}"),
-    ("final accuracy", lambda v: v.final("accuracy") if v.final("accuracy") is not None else
-     v.final("binary_accuracy"), "{:.4f}"),
     ("swapped per step", lambda v: format_size(v.swapped_bytes_per_step), "{}"),
     ("recomputed per step", lambda v: format_size(v.lms_stats.get("recomputed_bytes_per_step") or 0), "{}"),
     ("XLA (jit_compile)", lambda v: v.xla, "{}"),
 ]
+
+
+METRICS_AFTER = "final loss"  # the row the metrics' rows follow
+
+
+def metric_names(variants) -> list[str]:
+    """The metrics the variants' histories hold, as the dashboard lists them: accuracies first, then the other
+    training metrics, then the validation loss and metrics in the same order (``loss`` has a row of its own).
+
+    Example:
+        >>> metric_names([VariantResult("lms", "ok", 1, None, None, MemoryReport(), history={
+        ...     "loss": [1.0], "mse": [2.0], "sparse_categorical_accuracy": [0.5], "val_loss": [1.0]})])
+        ['sparse_categorical_accuracy', 'mse', 'val_loss']
+    """
+    names = list(dict.fromkeys(name for v in variants for name in v.history if name != "loss"))
+
+    def order(name: str) -> tuple:
+        base = name[4:] if name.startswith("val_") else name
+        return name.startswith("val_"), base != "loss", "accuracy" not in base
+    return sorted(names, key=order)
+
+
+def _metric_format(name: str) -> str:
+    return "{:.4f}" if any(word in name for word in ("accuracy", "auc", "precision", "recall")) else "{:.6f}"
 
 
 def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, int | None, int | None]:
@@ -235,7 +257,13 @@ class LmsFitResult:
         """Rows of [label, value per variant..., difference] for the last call."""
         variants = self.variants
         rows = [["", *[v.name for v in variants]] + (["lms - no_lms"] if len(variants) == 2 else [])]
+        rows_of = []
         for label, get, fmt in ROWS:
+            rows_of.append((label, get, fmt))
+            if label == METRICS_AFTER:  # every metric the model was compiled with, each way
+                rows_of += [(f"final {name}", lambda v, name=name: v.final(name), _metric_format(name))
+                            for name in metric_names(variants)]
+        for label, get, fmt in rows_of:
             values = [get(v) for v in variants]
             row = [label, *[_cell(value, fmt) for value in values]]
             if len(values) == 2:

@@ -80,10 +80,10 @@ class LmsFitMagics(Magics):
 
         result = LmsFitResult()
         announce = (lambda text: None) if args.quiet else print
-        def run(model, fit_args, fit_kwargs):
+        def run(fit, model, fit_args, fit_kwargs):
             if args.batch_size == "max":
-                fit_kwargs = self._at_largest(runner, model, fit_args, fit_kwargs, args.speed, announce)
-            return self._record(result, runner.run(model, fit_args, fit_kwargs))
+                fit_kwargs = self._at_largest(runner, fit, model, fit_args, fit_kwargs, args.speed, announce)
+            return self._record(result, runner.run(model, fit_args, fit_kwargs, fit))
 
         interceptor = FitInterceptor(run)
         from ..lms.explain.account import explain_out_of_memory
@@ -113,20 +113,20 @@ class LmsFitMagics(Magics):
         return None
 
     @staticmethod
-    def _at_largest(runner, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
+    def _at_largest(runner, fit, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
         """``fit_kwargs`` at the largest batch (``largest_batch``), and the runner's LMS options for it."""
+        from ..lms.samples import fit_call
         from ..sizing.largest import largest_batch
 
-        x = fit_args[0] if fit_args else fit_kwargs.get("x")
-        y = fit_args[1] if len(fit_args) > 1 else fit_kwargs.get("y")
-        if len(fit_args) > 2 or "batch_size" in fit_kwargs and fit_kwargs["batch_size"] is not None:
+        data, batch_size, _ = fit_call(fit, fit_args, fit_kwargs)
+        if batch_size is not None:
             raise ValueError("%%lms_fit --batch-size max chooses the batch size: leave batch_size out of the fit call")
-        if y is None or hasattr(x, "__next__"):  # a dataset, generator or PyDataset brings its own batches
+        if len(data) == 1 and not hasattr(data[0], "shape"):  # a dataset, generator or PyDataset: its own batches
             raise ValueError("%%lms_fit --batch-size max needs the data as arrays, model.fit(x, y, ...): a dataset "
                              "or generator that is already batched fixes the batch size; pass its arrays, or "
                              "leave --batch-size max out")
         options = runner.lms_options
-        chosen = largest_batch(model, (x, y), speed=speed, min_bytes=options.min_bytes, device=options.device,
+        chosen = largest_batch(model, data, speed=speed, min_bytes=options.min_bytes, device=options.device,
                                host_device=options.host_device)
         announce(f"lms_magic: --batch-size max: {chosen}")
         if chosen.options is None:

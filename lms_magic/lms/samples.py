@@ -2,88 +2,193 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-def _is_dataset(data) -> bool:
-    return type(data).__module__.startswith("tensorflow") and hasattr(data, "element_spec")
+
+def _is_arrays(data) -> bool:
+    """Whether ``data`` is ``(x, ...)`` of arrays (or dicts / lists of arrays), not a dataset to iterate."""
+    if not isinstance(data, (tuple, list)) or not 1 <= len(data) <= 3:
+        return False
+    import keras
+
+    leaves = [leaf for leaf in keras.tree.flatten(data[0]) if leaf is not None]
+    return bool(leaves) and all(hasattr(leaf, "shape") or isinstance(leaf, (list, int, float)) for leaf in leaves)
 
 
 def take_samples(data, count: int):
-    """The first ``count`` samples of ``data`` as a tuple of arrays (cycled when there are fewer).
+    """The first ``count`` samples of ``data`` as a tuple ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` of
+    arrays (``x`` may be a dict of arrays; cycled where there are fewer samples).
 
-    ``data`` is ``(x, y)`` or ``(x, y, sample_weight)`` of arrays (or dicts of
-    arrays), or a ``tf.data.Dataset`` of batches or samples.
+    ``data`` is what ``fit`` takes: ``(x, y)`` or ``(x, y, sample_weight)`` of arrays (or dicts of arrays), or a
+    dataset of batches: ``tf.data``, ``keras.utils.PyDataset``, a grain dataset (read through Keras's own data
+    adapter, yielding ``x``, ``(x, y)`` or ``(x, y, sample_weight)``).
 
     Raises:
-        ValueError: no data, or data of another kind (the message says what to pass).
+        ValueError: no data, data that cannot be read again (a generator), or data without samples (the message
+            says what to pass).
 
     Example:
         >>> import numpy as np
         >>> x, y = take_samples((np.arange(3.0)[:, None], np.arange(3)), 5)
         >>> x[:, 0].tolist(), y.tolist()
         ([0.0, 1.0, 2.0, 0.0, 1.0], [0, 1, 2, 0, 1])
+        >>> x, y, weights = take_samples(({"ids": np.arange(4)}, np.arange(4), np.ones(4)), 2)
+        >>> x["ids"].tolist(), weights.tolist()
+        ([0, 1], [1.0, 1.0])
     """
     if data is None:
         raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
-    if _is_dataset(data):  # only a tf.data.Dataset brings TensorFlow in
-        import tensorflow as tf
-
-        leaf = tf.nest.flatten(data.element_spec)[0]
-        samples = data.unbatch() if leaf.shape.rank and leaf.shape[0] is None else data
-        data = next(iter(samples.take(count).batch(count).as_numpy_iterator()))
-    if not isinstance(data, (tuple, list)) or not 1 <= len(data) <= 3:
-        raise ValueError("data must be (x, y) or (x, y, sample_weight) arrays, or a tf.data.Dataset; "
-                         f"got {type(data).__name__}")
+    if hasattr(data, "__next__"):
+        raise ValueError("the data is a generator, which cannot be read again without taking batches from the "
+                         "fit: pass arrays, a tf.data.Dataset or a keras.utils.PyDataset")
     import keras
     import numpy as np
 
-    arrays = keras.tree.map_structure(np.asarray, tuple(data))
-    first = keras.tree.flatten(arrays)[0]
-    if first.ndim == 0 or len(first) == 0:
+    if _is_arrays(data):
+        arrays = keras.tree.map_structure(lambda leaf: None if leaf is None else np.asarray(leaf), tuple(data))
+    else:
+        arrays = _from_batches(data[0] if isinstance(data, (tuple, list)) and len(data) == 1 else data, count)
+    while arrays and arrays[-1] is None:  # (x, y, None): no sample weights
+        arrays = arrays[:-1]
+    leaves = [leaf for leaf in keras.tree.flatten(arrays) if leaf is not None]
+    if not leaves or leaves[0].ndim == 0 or len(leaves[0]) == 0:
         raise ValueError("the data holds no samples")
-    index = np.arange(count) % len(first)
-    return keras.tree.map_structure(lambda a: a[index], arrays)
+    index = np.arange(count) % len(leaves[0])
+    return keras.tree.map_structure(lambda a: None if a is None else a[index], arrays)
 
 
-def batch_shapes(data):
-    """The ``(shape, dtype)`` of each tensor of a batch (symbolic or not), in tuples as the batch nests them; None
-    where the batch holds something else (a dict of inputs).
+def _from_batches(dataset, count: int) -> tuple:
+    """At least ``count`` samples of a dataset of batches, its batches joined."""
+    import keras
+    import numpy as np
+
+    from ..internals import numpy_batches
+
+    try:
+        batches, taken = [], 0
+        for batch in numpy_batches(dataset):
+            x, y, weights = keras.utils.unpack_x_y_sample_weight(batch)
+            batches.append((x, y, weights))
+            taken += len(next(leaf for leaf in keras.tree.flatten(x) if leaf is not None))
+            if taken >= count:
+                break
+    except (ValueError, TypeError) as error:
+        raise ValueError("data must be (x, y) or (x, y, sample_weight) arrays, or a dataset fit() takes "
+                         f"(tf.data, PyDataset); got {type(dataset).__name__} ({error})") from None
+    if not batches:
+        raise ValueError("the data holds no samples")
+    if len(batches) == 1:
+        return batches[0]
+    return keras.tree.map_structure(lambda *parts: None if parts[0] is None else np.concatenate(parts), *batches)
+
+
+def tile_batch(sample, batch_size: int):
+    """``sample``'s arrays (any nesting; None kept) repeated to ``batch_size`` samples each.
 
     Example:
         >>> import numpy as np
-        >>> batch_shapes((np.zeros((8, 4), "float32"), np.zeros(8, "int32")))
-        (((8, 4), dtype('float32')), ((8,), dtype('int32')))
+        >>> x, y = tile_batch(({"ids": np.arange(2)}, np.arange(2)), 3)
+        >>> x["ids"].tolist(), y.tolist()
+        ([0, 1, 0], [0, 1, 0])
     """
-    try:
-        if data is None:  # no sample weights
+    import keras
+    import numpy as np
+
+    def tiled(leaf):
+        if leaf is None:
             return None
-        if isinstance(data, (tuple, list)):
-            return tuple(batch_shapes(item) for item in data)
-        dims = data.shape.as_list() if hasattr(data.shape, "as_list") else list(data.shape)
-        dtype = getattr(data.dtype, "as_numpy_dtype", data.dtype)
-        return tuple(dims), str(dtype).replace("torch.", "") if "torch" in str(dtype) else dtype  # torch's by name
-    except AttributeError:
+        leaf = np.asarray(leaf)
+        return leaf[np.arange(batch_size) % len(leaf)]
+
+    return keras.tree.map_structure(tiled, tuple(sample))
+
+
+def fit_arguments(arrays) -> tuple[tuple, dict]:
+    """``fit``'s positional and keyword arguments for ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``: the
+    weights by name (``fit``'s third positional argument is ``batch_size``).
+
+    Example:
+        >>> fit_arguments(("x", "y", "w"))
+        (('x', 'y'), {'sample_weight': 'w'})
+    """
+    arrays = tuple(arrays)
+    if len(arrays) == 3 and arrays[2] is not None:
+        return arrays[:2], {"sample_weight": arrays[2]}
+    return arrays[:2], {}
+
+
+def fit_call(fit, args: tuple, kwargs: dict) -> tuple[tuple, int | None, dict]:
+    """What a call ``fit(*args, **kwargs)`` trains on: ``(data, batch_size, rest)``, where ``data`` is ``(x,)``,
+    ``(x, y)`` or ``(x, y, sample_weight)`` (arrays), or ``(dataset,)``; ``batch_size`` the one given (None where
+    none was); ``rest`` the other arguments by name. ``fit`` gives the names of positional arguments (Keras's, or a
+    subclass's own, such as KerasHub's).
+
+    Example:
+        >>> import keras
+        >>> data, batch, rest = fit_call(keras.Model.fit, ("x", "y", 4), {"sample_weight": "w", "epochs": 2})
+        >>> data, batch, rest
+        (('x', 'y', 'w'), 4, {'epochs': 2})
+    """
+    import inspect
+
+    parameters = [name for name in inspect.signature(fit).parameters if name != "self"]
+    named = dict(zip(parameters, args))
+    if len(args) > len(parameters):
+        raise TypeError(f"fit() takes {len(parameters)} positional arguments, got {len(args)}")
+    named.update(kwargs)
+    x, y, weights = named.pop("x", None), named.pop("y", None), named.pop("sample_weight", None)
+    batch_size = named.pop("batch_size", None)
+    data = (x, y, weights) if weights is not None else (x, y) if y is not None else (x,)
+    return data, batch_size, named
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """The shape and dtype of one tensor of a batch (``batch_shapes``)."""
+
+    shape: tuple
+    dtype: object
+
+
+def batch_shapes(data):
+    """A batch's structure (tuples, dicts of inputs; None kept) with a :class:`Leaf` for each tensor (symbolic
+    or not); None where the batch holds something without a shape.
+
+    Example:
+        >>> import numpy as np
+        >>> batch_shapes(({"ids": np.zeros((8, 4), "int32")}, np.zeros(8, "float32")))
+        ({'ids': Leaf(shape=(8, 4), dtype=dtype('int32'))}, Leaf(shape=(8,), dtype=dtype('float32')))
+    """
+    import keras
+
+    def leaf(tensor):
+        if tensor is None:
+            return None
+        dims = tensor.shape.as_list() if hasattr(tensor.shape, "as_list") else list(tensor.shape)
+        dtype = getattr(tensor.dtype, "as_numpy_dtype", tensor.dtype)
+        return Leaf(tuple(dims), str(dtype).replace("torch.", "") if "torch" in str(dtype) else dtype)  # torch's by name
+
+    try:
+        return None if data is None else keras.tree.map_structure(leaf, data)
+    except (AttributeError, TypeError):
         return None
 
 
 def zeros_like_batch(shapes, count: int = 2):
-    """``count`` samples of zeros shaped as a batch's ``(shape, dtype)`` leaves (any nesting of tuples; a shape's
-    first dimension, the batch, is replaced; a missing part, such as no sample weights at the end, is left out).
+    """``count`` samples of zeros shaped as ``batch_shapes``'s leaves (the batch dimension replaced; a missing
+    part, such as no sample weights at the end, left out).
 
     Example:
-        >>> x, y = zeros_like_batch(((( 8, 4), "float32"), ((8,), "int32")))
+        >>> import numpy as np
+        >>> x, y = zeros_like_batch(batch_shapes((np.zeros((8, 4), "float32"), np.zeros(8, "int32"))))
         >>> x.shape, y.dtype.name
         ((2, 4), 'int32')
     """
+    import keras
     import numpy as np
 
-    def zeros(leaf):
-        if leaf is None:
-            return None
-        if len(leaf) == 2 and isinstance(leaf[0], tuple) and all(isinstance(d, int) or d is None for d in leaf[0]):
-            return np.zeros((count,) + tuple(leaf[0][1:]), dtype=leaf[1])
-        return tuple(zeros(item) for item in leaf)
-
-    made = zeros(shapes)
+    made = keras.tree.map_structure(
+        lambda leaf: None if leaf is None else np.zeros((count,) + tuple(leaf.shape[1:]), dtype=leaf.dtype), shapes)
     while isinstance(made, tuple) and made and made[-1] is None:  # (x, y, None): no sample weights
         made = made[:-1]
     return made

@@ -109,14 +109,14 @@ class StepMeter:
         """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:
         no plan of LMS's fits its budget)."""
         from ..fit.runs import FairStart
-        from ..lms.samples import take_samples
+        from ..lms.samples import fit_arguments, take_samples
 
-        arrays = take_samples(self.data, batch_size * (steps + 1))
+        args, data_kwargs = fit_arguments(take_samples(self.data, batch_size * (steps + 1)))
         history = getattr(self.model, "history", None)
         random_state, numpy_state = random.getstate(), np.random.get_state()
         start = FairStart(self.model, reseed=False)
         try:
-            outcome = start.run(self.model.fit, arrays, {"batch_size": batch_size, "epochs": 1, "shuffle": False,
+            outcome = start.run(self.model.fit, args, {**data_kwargs, "batch_size": batch_size, "epochs": 1, "shuffle": False,
                                                          "verbose": 0}, lms + [peaks], steps + 1)
         except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
             outcome = None

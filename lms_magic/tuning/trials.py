@@ -14,7 +14,7 @@ import numpy as np
 
 from ..lms.core.search import Setting, Trial
 from ..lms.options import compiled_model, whole_number
-from ..lms.samples import take_samples
+from ..lms.samples import fit_arguments, take_samples
 from ..fit.runs import FairStart
 
 
@@ -66,7 +66,7 @@ class TrialRunner:
         from ..lms.callback import LMS
 
         whole_number("batch_size", setting.batch_size, 1)
-        arrays = take_samples(self.data, setting.batch_size * (self.steps + 1))
+        args, data_kwargs = fit_arguments(take_samples(self.data, setting.batch_size * (self.steps + 1)))
         lms = None
         if setting.n_tensors != 0:
             lms = LMS(n_tensors=setting.n_tensors, lb=setting.lb, device=self.device, verbose=0, **self.options)
@@ -76,7 +76,7 @@ class TrialRunner:
 
             reset_peak = lambda: tf.config.experimental.reset_memory_stats(self.device.strip("/"))  # noqa: E731
         try:
-            outcome = self.start.run(self.model.fit, arrays, {"batch_size": setting.batch_size, "epochs": 1,
+            outcome = self.start.run(self.model.fit, args, {**data_kwargs, "batch_size": setting.batch_size, "epochs": 1,
                                                                "shuffle": False, "verbose": 0},
                                      [lms] if lms else [], self.steps + 1, before_fit=reset_peak)
             if outcome.status == "oom":

@@ -22,29 +22,34 @@ from ...memory.errors import is_out_of_memory, release_library_frames
 DEFAULT_BATCH_SIZE = 32  # Keras's, where a fit of arrays names none
 
 
-def fit_data(args: tuple, kwargs: dict):
+def fit_data(args: tuple, kwargs: dict, fit=None):
     """The data and batch size of a ``fit(x, y, batch_size, ...)`` call, as ``explain_fit`` takes them: ``(x, y)``
-    for arrays (batch size as given, else Keras's 32), or the dataset with the batch size of its first element.
+    or ``(x, y, sample_weight)`` for arrays (batch size as given, else Keras's 32), or the dataset with the batch
+    size of its first batch. ``fit`` names the positional arguments (Keras's ``fit`` by default).
 
     Example:
         >>> import numpy as np
-        >>> data, batch = fit_data((np.ones((10, 3)), np.ones(10)), {"batch_size": 4})
+        >>> data, batch = fit_data((np.ones((10, 3)), np.ones(10)), {"batch_size": 4, "sample_weight": np.ones(10)})
         >>> len(data), batch
-        (2, 4)
+        (3, 4)
     """
-    x = args[0] if args else kwargs.get("x")
-    y = args[1] if len(args) > 1 else kwargs.get("y")
-    batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
-    if x is None:
-        raise ValueError("the fit was given no data")
-    if y is not None or hasattr(x, "shape"):
-        return ((x,) if y is None else (x, y)), int(batch_size or DEFAULT_BATCH_SIZE)
-    from ..samples import take_samples
-
-    first = take_samples(x, 1)  # a dataset of batches: the leading dimension of its first element's first array
+    import keras
     import numpy as np
 
-    return x, int(batch_size or np.shape(first[0])[0] or DEFAULT_BATCH_SIZE)
+    from ..samples import fit_call
+
+    data, batch_size, _ = fit_call(fit or keras.Model.fit, args, kwargs)
+    if data[0] is None:
+        raise ValueError("the fit was given no data")
+    if len(data) > 1 or hasattr(data[0], "shape"):
+        return data, int(batch_size or DEFAULT_BATCH_SIZE)
+    dataset = data[0]
+    if batch_size is None:  # a dataset of batches: the leading dimension of its first batch
+        from ...internals import numpy_batches
+
+        leaves = [leaf for leaf in keras.tree.flatten(next(iter(numpy_batches(dataset)), None)) if leaf is not None]
+        batch_size = np.shape(leaves[0])[0] if leaves and np.ndim(leaves[0]) else None
+    return dataset, int(batch_size or DEFAULT_BATCH_SIZE)
 
 
 def out_of_memory_account(model, data, batch_size: int) -> str:
@@ -62,11 +67,11 @@ def out_of_memory_account(model, data, batch_size: int) -> str:
         "\n".join("  " + line for line in found.lines())
 
 
-def explain_out_of_memory(model, args: tuple, kwargs: dict) -> str:
-    """The lines printed above an out-of-memory error of ``model.fit(*args, **kwargs)``; never raises (where the
-    step cannot be explained, one line says why)."""
+def explain_out_of_memory(model, args: tuple, kwargs: dict, fit=None) -> str:
+    """The lines printed above an out-of-memory error of ``fit(model, *args, **kwargs)`` (``fit``: Keras's where
+    None); never raises (where the step cannot be explained, one line says why)."""
     try:
-        data, batch_size = fit_data(args, kwargs)
+        data, batch_size = fit_data(args, kwargs, fit)
     except Exception as error:
         return f"lms_magic: the fit ran out of device memory; its data could not be read again ({error})"
     return out_of_memory_account(model, data, batch_size)
@@ -78,7 +83,7 @@ class OutOfMemoryExplained(ModelFitReplaced):
 
     Args:
         say: where the explanation goes. Defaults to ``print``.
-        explain: ``(model, args, kwargs) -> text``. Defaults to :func:`explain_out_of_memory`.
+        explain: ``(model, args, kwargs, fit) -> text``. Defaults to :func:`explain_out_of_memory`.
     """
 
     def __init__(self, say: Callable[[str], None] = print, explain=explain_out_of_memory):
@@ -94,16 +99,16 @@ class OutOfMemoryExplained(ModelFitReplaced):
         except Exception as error:
             if is_out_of_memory(error) and not getattr(error, "lms_magic_explained", False) and \
                     not any(error is pending[0] for pending in self._pending):
-                self._pending.append((error, model, args, kwargs))
+                self._pending.append((error, model, args, kwargs, original))
             raise
 
     def say_why(self) -> None:
         """Prints the explanation of each out-of-memory error seen so far (once each). First frees what the failed
         step's frames still hold (``release_library_frames``): the explanation needs the device too."""
         pending, self._pending = self._pending, []
-        for error, model, args, kwargs in pending:
+        for error, model, args, kwargs, fit in pending:
             release_library_frames(error)
-            self._say(self._explain(model, args, kwargs))
+            self._say(self._explain(model, args, kwargs, fit))
 
 
 def _wait_for_the_device(model) -> None:
@@ -128,7 +133,7 @@ class FitsExplained(ModelFitReplaced):
     def route(self, original, model, args, kwargs):
         from .replay import explained
 
-        data, batch_size = fit_data(args, kwargs)
+        data, batch_size = fit_data(args, kwargs, original)
         found = explained(model, data, batch_size=batch_size)
         self._say(str(found))
         return found

@@ -251,27 +251,94 @@ def _reroute(op, old, new) -> None:
             tf_internals.replace_input(op, index, new)
 
 
-def layer_resolver(model):
-    """Maps op names to (layer name, layer type) using the model's layers.
+def layer_resolver(model) -> "LayerResolver":
+    """Maps op names to (layer name, layer type), and to the layer's path, using the model's layers
+    (:class:`LayerResolver`)."""
+    optimizer = getattr(model, "optimizer", None)
+    return LayerResolver(*internals.layer_tree(model), internals.layer_types(model), getattr(optimizer, "name", None))
 
-    TensorFlow makes scope names unique by appending ``_1``, ``_2``...; those
-    suffixes are peeled until a layer name matches. The deepest match wins.
+
+# the train step's own scopes, outside the model's layers: named as what they are
+STEP_SCOPES = (("compile_loss", "loss"), ("compile_metrics", "metrics"))
+_BATCH_OPS = ("IteratorGetNext", "OptionalGetValue")
+
+
+class LayerResolver:
+    """An op's Keras layer, read off its scopes (``model/block/attention/softmax/Softmax``).
+
+    Keras names a scope after each layer it calls, nested inside its parent's; TensorFlow makes a scope unique
+    by appending ``_1``, ``_2``... when it is entered again (a second trace, a block's layer named like another
+    block's). The scopes are walked down the model's layer tree: each one is matched among the current layer's
+    children (its own name first, then with suffixes peeled), so two blocks' ``softmax`` layers are told apart.
+    A scope that names no child is looked up among all layers (a layer called outside its parent, such as a
+    tied embedding). Outside the model's layers: the ``loss``, the ``optimizer``, ``the batch``, the tape's
+    ``gradients``, and the train step's other unscoped ops, Keras's ``metrics``.
+
+    Example:
+        >>> resolver = LayerResolver("lm", {"block_0": ("Block", {"softmax": ("Softmax", {})}),
+        ...                                 "block_1": ("Block", {"softmax_1": ("Softmax", {})})},
+        ...                          {"block_0": "Block", "block_1": "Block", "softmax": "Softmax",
+        ...                           "softmax_1": "Softmax"})
+        >>> resolver("lm_1/block_0_1/softmax_1/Softmax"), resolver.path("lm_1/block_1_1/softmax_1_1/Softmax")
+        (('softmax', 'Softmax'), 'block_1/softmax_1')
+        >>> resolver("compile_loss/crossentropy/Log"), resolver("Bitcast")
+        (('loss', ''), ('metrics', ''))
     """
-    layers = internals.layer_types(model)
 
-    def layer_of(op_name: str) -> tuple[str, str]:
-        parts = op_name_in_step(op_name).split("/")[:-1]
-        for part in reversed(parts):
-            name = part
-            while True:
-                if name in layers:
-                    return name, layers[name]
-                stripped = re.sub(r"_\d+$", "", name)
-                if stripped == name:
-                    break
-                name = stripped
-        return (parts[-1] if parts else op_name), ""
+    def __init__(self, model_name: str, tree: dict, layer_types: dict[str, str], optimizer_name: str | None = None):
+        self.model_name, self.tree, self.layer_types = model_name, tree, layer_types
+        self.optimizer_name = optimizer_name
+        self._known: dict[str, tuple[list[str], str]] = {}
 
-    return layer_of
+    def __call__(self, op_name: str) -> tuple[str, str]:
+        path, layer_type = self._resolve(op_name)
+        return path[-1], layer_type
+
+    def path(self, op_name: str) -> str:
+        """The layers an op was made in, outermost first ("gemma_backbone/decoder_block_0/attention/softmax")."""
+        return "/".join(self._resolve(op_name)[0])
+
+    def _resolve(self, op_name: str) -> tuple[list[str], str]:
+        found = self._known.get(op_name)
+        if found is None:
+            found = self._known[op_name] = self._walk(op_name_in_step(op_name).split("/")[:-1], op_name)
+        return found
+
+    def _walk(self, scopes: list[str], op_name: str) -> tuple[list[str], str]:
+        path, layer_type, children = [], "", self.tree
+        for scope in scopes:
+            if not path and _match(scope, {self.model_name: None}):
+                continue  # the model's own scope
+            name = _match(scope, children)
+            if name is not None:
+                layer_type, children = children[name]
+                path.append(name)
+                continue
+            name = _match(scope, self.layer_types)
+            if name is not None:  # a layer called outside its parent's scope
+                path, layer_type, children = [name], self.layer_types[name], {}
+        if path:
+            return path, layer_type
+        backward = bool(scopes) and scopes[0] == "gradient_tape"
+        scopes = scopes[1:] if backward else scopes
+        if not scopes:  # the batch, the tape's sums, or Keras's metric updates (the step's unscoped ops)
+            last = op_name_in_step(op_name).rsplit("/", 1)[-1]
+            return ["the batch" if last.startswith(_BATCH_OPS) else "gradients" if backward else "metrics"], ""
+        for scope, what in STEP_SCOPES + ((self.optimizer_name, "optimizer"),):
+            if scope and _match(scopes[0], {scope: None}):
+                return [what], ""
+        return [scopes[0]], ""
+
+
+def _match(scope: str, names) -> str | None:
+    """The name in ``names`` that ``scope`` is: itself, or itself less TensorFlow's ``_N`` suffixes."""
+    name = scope
+    while True:
+        if name in names:
+            return name
+        stripped = re.sub(r"_\d+$", "", name)
+        if stripped == name:
+            return None
+        name = stripped
 
 

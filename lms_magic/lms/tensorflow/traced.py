@@ -191,10 +191,10 @@ class TracedStep:
         """The tensor that output ``index`` of op ``name`` (traced or executed) holds: layer, shape, kind."""
         op = self._lookup(name)
         if op is None or index >= len(op.outputs):
-            return LiveTensor(name, layer_of(name)[0], None, 0, kind_of_op(name, optimizer_scope, swapped))
+            return LiveTensor(name, _layer_path(layer_of, name), None, 0, kind_of_op(name, optimizer_scope, swapped))
         tensor = op.outputs[index]
         shape = None if tensor.shape.rank is None else tuple(sized_dims(tensor, self.batch_size))
-        return LiveTensor(tensor.name, layer_of(op.name)[0], shape, 0,
+        return LiveTensor(tensor.name, _layer_path(layer_of, op.name), shape, 0,
                           kind_of_op(op.name, optimizer_scope, swapped, is_input=op.type in INPUT_OPS))
 
     def _lookup(self, partition_name: str):
@@ -227,3 +227,9 @@ class TracedStep:
                 self._join_priority = {node.name: node.priority for node in self.nodes() if is_join(node.name)}
             return float(self._join_priority[op.name])
         return float(self._position[op.name])
+
+
+def _layer_path(layer_of, op_name: str) -> str:
+    """The layer an op was made in, by its path where the resolver knows it (``rewrite.LayerResolver``)."""
+    path = getattr(layer_of, "path", None)
+    return path(op_name) if path is not None else layer_of(op_name)[0]

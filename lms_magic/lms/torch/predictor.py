@@ -29,6 +29,7 @@ from ..core.prediction import PrefixPredictions
 from ..core.simulate import replay, with_swaps
 from ..options import compiled_model, whole_number
 from ..persistent import persistent_tensors
+from ..samples import tile_batch
 from .meter import StorageMeter
 from .offload import TorchOffloader
 from .predict import SavedTensorStep
@@ -88,9 +89,7 @@ class TorchStepPredictor(PrefixPredictions):
         its matrix FLOPs, at ``batch_size``; the model's variables as they were after."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        data = [None if leaf is None else np.concatenate([np.asarray(leaf)] * batch_size)[:batch_size]
-                for leaf in self.sample]
-        x, y, sample_weight = (data + [None, None])[:3]
+        x, y, sample_weight = (tile_batch(self.sample, batch_size) + (None, None))[:3]
         model = self.model
         variables = [v for v in model.non_trainable_variables]
         kept = [(v, v.value.detach().clone()) for v in variables]

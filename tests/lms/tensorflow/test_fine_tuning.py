@@ -1,0 +1,73 @@
+"""Fine-tuning as users bring it (issue 60): a KerasHub causal LM from a config with LoRA, AdamW, a weighted
+accuracy, ``(x, y, sample_weight)`` with a dict of inputs, through every entry point on TensorFlow's simulated
+device. The same model on PyTorch and JAX: tests/lms/{torch,jax}/test_keras_hub.py."""
+
+import re
+
+import pytest
+
+from tests.hub import causal_lm, lm_data
+
+pytest.importorskip("keras_hub", reason="keras-hub is installed by `make install` (no-deps)")
+
+
+@pytest.fixture
+def device_96mib(accelerator_memory):
+    accelerator_memory("96MiB")
+
+
+def test_explain_fit_measures_a_weighted_step_and_names_each_layer_by_its_path(device_96mib):
+    import lms_magic
+
+    found = lms_magic.explain_fit(causal_lm(), lm_data(), batch_size=8, modes=("without LMS",))
+    assert found.correction is not None, found.unmeasured  # a real step of the weighted data was measured
+    names = [row["layer"] for row in found.peak["layers"]]
+    softmaxes = [name for name in names if name.endswith("/softmax") or re.search(r"/softmax_\d+$", name)]
+    # each block's attention softmax under its own block, by path, never merged or credited to the next block
+    assert any(name.startswith("gemma_backbone") and "/decoder_block_0/attention/" in name for name in softmaxes), names
+    assert not [name for name in names if re.fullmatch(r"[A-Z]\w+", name)], names  # no bare op types (Bitcast)
+
+
+def test_largest_batch_takes_sample_weights_and_confirms_a_plain_step(device_96mib):
+    import lms_magic
+
+    chosen = lms_magic.largest_batch(causal_lm(), lm_data(), batch_size=8)
+    plain = chosen.explanation.modes[0]
+    assert plain.confirmed is not None and plain.confirmed.batch_size >= 1, chosen
+    assert chosen.batch_size >= plain.confirmed.batch_size
+
+
+def test_the_dashboard_compares_every_compiled_metric_and_counts_samples(shell, devices, device_96mib):
+    shell.user_ns.update(causal_lm=causal_lm, data=lm_data())
+    result = shell.run_cell_magic("lms_fit", f"--compare -q -o {devices.magic_options}", (
+        "model = causal_lm()\n"
+        "x, y, weights = data\n"
+        "model.fit(x, y, sample_weight=weights, batch_size=8, verbose=0)\n"))
+    rows = {row[0]: row[1:] for row in result.table()}
+    accuracy = rows["final sparse_categorical_accuracy"]
+    assert "-" not in accuracy[:2] and accuracy[2] == "0.0000", rows  # both ways, the same
+    assert "-" not in rows["samples/s"][:2], rows
+
+
+def test_batch_size_max_trains_a_kerashub_task_model_on_its_arrays(shell, devices, device_96mib, capsys):
+    shell.user_ns.update(causal_lm=causal_lm, data=lm_data())
+    shell.run_cell_magic("lms_fit", "--batch-size max -o", (
+        "model = causal_lm()\n"
+        "x, y, weights = data\n"
+        "model.fit(x, y, sample_weight=weights, verbose=0)\n"))
+    said = capsys.readouterr().out
+    chosen = int(re.search(r"--batch-size max: batch (\d+)", said).group(1))
+    trained = shell.user_ns["_"].variants[-1]  # the dashboard showed it; `_` holds it
+    assert trained.status == "ok" and trained.batch_size == chosen > 8, said
+
+
+def test_gpumem_explain_accounts_for_a_kerashub_fit_without_training(shell, device_96mib):
+    model = causal_lm()
+    before = [w.copy() for w in model.get_weights()]
+    shell.user_ns.update(model=model, data=lm_data())
+    shell.run_cell_magic("gpumem", "--explain -q", (
+        "x, y, weights = data\n"
+        "found = model.fit(x, y, sample_weight=weights, batch_size=8, verbose=0)\n"))
+    found = shell.user_ns["found"]
+    assert found.batch_size == 8 and found.peak["layers"], found
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))

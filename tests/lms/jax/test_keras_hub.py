@@ -77,3 +77,27 @@ def test_an_offloaded_value_leaves_no_copy_on_the_device(capsys):
     on_device = [line for line in kept if "<host>" not in line and "from the argument" not in line]
     assert len(on_host) >= len(moved) > 10
     assert not on_device, on_device[:5]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_lora_fine_tuning_with_sample_weights_trains_as_without_lms(dtype):
+    """A KerasHub causal LM with LoRA, ``(dict of inputs, labels, sample_weight)``: LMS moves values and trains
+    with a plain fit's losses (within the rounding above)."""
+    from tests.hub import causal_lm, lm_data
+
+    histories = []
+    callback = LMS(n_tensors=-1, verbose=0)
+    for callbacks in ([], [callback]):
+        x, y, weights = lm_data()
+        histories.append(causal_lm(dtype=dtype).fit(x, y, sample_weight=weights, batch_size=8, verbose=0,
+                                                     shuffle=False, callbacks=callbacks).history)
+    np.testing.assert_allclose(histories[1]["loss"], histories[0]["loss"], rtol=1e-5)
+    assert callback.stats.swapped_tensors > 0
+
+
+def test_largest_batch_reads_a_dict_of_inputs_with_sample_weights():
+    import lms_magic
+    from tests.hub import causal_lm, lm_data
+
+    chosen = lms_magic.largest_batch(causal_lm(layers=1), lm_data(), capacity="48MiB", batch_size=8)
+    assert chosen.batch_size >= chosen.explanation.modes[0].largest_batch > 0

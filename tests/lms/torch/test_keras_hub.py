@@ -2,6 +2,7 @@
 weights as a plain fit, every saved activation offloaded."""
 
 import numpy as np
+import pytest
 
 from lms_magic import LMS
 from tests.hub import fit_both
@@ -14,3 +15,34 @@ def test_a_kerashub_backbone_trains_as_without_lms():
     assert all(np.array_equal(a, b) for a, b in zip(plain_weights, weights))
     stats = callback.stats
     assert stats.swapped_tensors > 0 and stats.device_peak_bytes < stats.device_peak_bytes_without_lms
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_lora_fine_tuning_with_sample_weights_trains_as_without_lms(dtype):
+    """A KerasHub causal LM with LoRA, ``(dict of inputs, labels, sample_weight)``: every candidate moved, the same
+    losses, weights and weighted accuracy as a plain fit, and LMS's step-time probe reads the dict of inputs."""
+    from tests.hub import causal_lm, lm_data
+
+    fitted = []
+    for callbacks in ([], [LMS(n_tensors=-1, min_bytes=0, verbose=0)]):
+        model = causal_lm(dtype=dtype)
+        x, y, weights = lm_data()
+        history = model.fit(x, y, sample_weight=weights, batch_size=8, epochs=1, verbose=0, shuffle=False,
+                            callbacks=callbacks)
+        fitted.append((history.history, model.get_weights(), callbacks))
+    (plain, plain_weights, _), (with_lms, weights, (callback,)) = fitted
+    assert with_lms == plain and "sparse_categorical_accuracy" in plain
+    assert all(np.array_equal(a, b) for a, b in zip(plain_weights, weights))
+    stats = callback.stats
+    assert stats.swapped_tensors > 0 and stats.device_peak_bytes < stats.device_peak_bytes_without_lms
+    assert stats.compute_s is not None and not [note for note in stats.notes if "no step-time" in note], stats.notes
+
+
+def test_explain_fit_reads_a_dict_of_inputs_with_sample_weights():
+    import lms_magic
+    from tests.hub import causal_lm, lm_data
+
+    found = lms_magic.explain_fit(causal_lm(), lm_data(), batch_size=8, capacity="64MiB",
+                                  modes=("without LMS", "LMS"))
+    assert found.peak["bytes"] > 0 and found.modes[0].largest_batch > 0
+    assert found.modes[1].largest_batch >= found.modes[0].largest_batch

@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test test-release test-all test-oldest test-colab wheel demo bench clean
+.PHONY: install browser test test-keras test-release test-all test-oldest test-colab wheel demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,15 @@ test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PARALLEL) --durations=10 $(ONE_BROWSER) $(OTHER_BACKENDS)
 	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
+
+# Keras's own trainer tests (from the installed Keras's sdist on PyPI) with LMS() added to every fit, on each
+# backend: a test that passes without LMS and fails with it fails the target (tests/keras_suite/run.py).
+# KERAS_SUITE=all adds Keras's model, Sequential, Functional and callback tests.
+KERAS_SUITE ?= keras/src/trainers/trainer_test.py
+KERAS_SUITE_FILES := $(if $(filter all,$(KERAS_SUITE)),,--files $(KERAS_SUITE))
+test-keras: $(STAMP)
+	for backend in tensorflow torch jax; do \
+		KERAS_BACKEND=$$backend $(BIN)/python tests/keras_suite/run.py $(KERAS_SUITE_FILES) -- -n 2 || exit 1; done
 
 # Before a release: make test's tests and the `release` ones too: the full-size keras.applications models with both
 # optimizers, all 60 seeded fault cases, the 120-call soak, the checks of explain_fit's shortcuts on full models

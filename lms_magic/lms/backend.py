@@ -93,7 +93,7 @@ class Framework:
         raise NotImplementedError
 
     @staticmethod
-    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
+    def off_reason(options: LmsOptions, model=None) -> tuple[str, str] | None:
         """Why LMS stays off with these (prepared) options (the stats' reason, and the notice for the user), or
         None (the default: it runs)."""
         return None

@@ -131,6 +131,7 @@ class LMS(keras.callbacks.Callback):
         # found at the fit's start where this is None; tests give a fake)
         self.allocator = None
         self._counter, self._held_before = None, 0
+        self._checking = False  # a step whose plan is checked has begun, and is not acted on yet
         self._process = (0, 1)  # this process's index among those training together, and their count
 
     @property
@@ -171,6 +172,7 @@ class LMS(keras.callbacks.Callback):
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
+        self._checking = False
         self._restore()
         LmsTrainFunction.remove_from(self._keras_model)  # left by a fit that ended between a batch begin and its step
         framework = chosen_framework()
@@ -182,7 +184,7 @@ class LMS(keras.callbacks.Callback):
         self._process = framework.process()
         if make is None:
             check_versions(framework.version_modules)
-            off = framework.off_reason(options)
+            off = framework.off_reason(options, self._keras_model)
             if off is not None:
                 self.stats.reason, notice = off
                 if self._prints:
@@ -198,14 +200,27 @@ class LMS(keras.callbacks.Callback):
         self._counter = self.allocator if self.allocator is not None else _gpu_allocator(options.device)
         self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
 
+    # No on_train_batch_end: a callback with one keeps Keras from dispatching batch ends asynchronously (JAX,
+    # PyTorch) for the whole fit. A step whose plan is checked is acted on before the next step begins, or at the
+    # epoch's or the fit's end.
     def on_train_batch_begin(self, batch, logs=None):
+        if self._checking:
+            self._step_checked()
         if self._function is not None:
             self._function.arm()
-            if self._summary_due and self._counter is not None:  # a step whose plan is checked: measured
-                self._counter.reset()
-                self._held_before = self._counter.read()[0]
+            if self._summary_due:
+                self._checking = True
+                if self._counter is not None:  # a step whose plan is checked: measured
+                    self._counter.reset()
+                    self._held_before = self._counter.read()[0]
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_epoch_end(self, epoch, logs=None):
+        if self._checking:
+            self._step_checked()
+
+    def _step_checked(self) -> None:
+        """After a step whose plan was checked: the backend's decision on it (keep, trace again, step out)."""
+        self._checking = False
         if self._function is None or not self._summary_due:
             return
         measured = None if self._counter is None else max(0, self._counter.read()[1] - self._held_before)
@@ -224,6 +239,8 @@ class LMS(keras.callbacks.Callback):
             print(self.summary())
 
     def on_train_end(self, logs=None):
+        if self._checking:
+            self._step_checked()
         if self._function is not None and self._summary_due:  # a fit that ended before its plan was checked
             self._summary_due = False
             if self.stats.active:

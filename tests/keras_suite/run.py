@@ -21,7 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ("keras/src/trainers/trainer_test.py", "keras/src/models/model_test.py",
          "keras/src/models/sequential_test.py", "keras/src/models/functional_test.py",
-         "keras/src/callbacks/callback_test.py")
+         *(f"keras/src/callbacks/{name}_test.py" for name in (
+             "callback", "early_stopping", "model_checkpoint", "reduce_lr_on_plateau", "learning_rate_scheduler",
+             "lambda_callback", "csv_logger", "terminate_on_nan", "backup_and_restore", "swap_ema_weights",
+             "monitor_callback")))
 
 
 def keras_tests(cache: Path, files) -> Path:

@@ -57,8 +57,6 @@ class TensorFlowBackend:
     jit_note = "XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering"
 
     def __init__(self, model, options: LmsOptions, stats: LmsStats):
-        if model.run_eagerly:
-            raise ValueError("LMS rewrites the compiled train step; compile without run_eagerly=True")
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
         # under a distribution strategy every replica's device is relieved with the plan made for the first
@@ -146,7 +144,8 @@ class TensorFlowBackend:
     def _persistent(self):
         """The weights, optimizer state and metrics' variables (read once, after the first trace built them)."""
         if self._persistent_tensors is None:
-            self._persistent_tensors = persistent_tensors(self.model)
+            with tf.init_scope():  # read inside the trace: an optimizer Keras has not built is sized eagerly
+                self._persistent_tensors = persistent_tensors(self.model)
         return self._persistent_tensors
 
     def _persistent_bytes(self) -> int:

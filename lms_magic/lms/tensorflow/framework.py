@@ -46,6 +46,10 @@ class TensorFlowFramework(Framework):
         host = options.host_device or devices.default_host()
         replicas = _replica_devices(model)
         device = options.device
+        if replicas and device is None and options.host_device is None and \
+                not all(name.startswith("/GPU") or devices.is_simulated(name) for name in replicas):
+            stats.devices, stats.capacity_bytes = [], None  # a strategy over CPUs alone: nothing to relieve
+            return options.replace(device=None)
         if replicas:
             if host in replicas:
                 raise OptionError("host_device", host, f"is a device the distribution strategy trains on "
@@ -67,7 +71,11 @@ class TensorFlowFramework(Framework):
         return options.replace(device=device, host_device=host)
 
     @staticmethod
-    def off_reason(options: LmsOptions) -> tuple[str, str] | None:
+    def off_reason(options: LmsOptions, model=None) -> tuple[str, str] | None:
+        if model is not None and model.run_eagerly:
+            return ("the model runs eagerly", "LMS: the model was compiled with run_eagerly=True, so there is no "
+                    "traced train step to rewrite: this fit trains without LMS (compile without run_eagerly=True "
+                    "for LMS)")
         if options.device is None:
             return ("no GPU", "LMS: no GPU found, so nothing is swapped (pass device=..., or --device in %%lms_fit, "
                     "to choose one, or call lms_magic.simulate_accelerator() to see LMS on a CPU)")

@@ -95,8 +95,8 @@ class TracePlanner:
     def batch_size(self, data) -> int | None:
         """The batch the plan is sized for: the traced one, else the user's hint, else the fit's (which the
         callback found: ``stats.batch_size``); ``stats`` say which."""
-        first = tf.nest.flatten(data)[0]
-        traced = first.shape[0] if first.shape.rank else None
+        first = next((leaf for leaf in tf.nest.flatten(data) if getattr(leaf, "shape", None) is not None), None)
+        traced = first.shape[0] if first is not None and first.shape.rank else None  # an optional input may be None
         if traced:
             self.stats.update(batch_size=traced, batch_size_source="the traced batch")
         elif self._hint() is not None:

@@ -91,7 +91,8 @@ class TorchStepPredictor(PrefixPredictions):
 
         x, y, sample_weight = (tile_batch(self.sample, batch_size) + (None, None))[:3]
         model = self.model
-        variables = [v for v in model.non_trainable_variables]
+        # the step updates BatchNormalization's statistics, and the metrics a compute_loss of the user's updates
+        variables = list({id(v): v for v in [*model.non_trainable_variables, *model.metrics_variables]}.values())
         kept = [(v, v.value.detach().clone()) for v in variables]
         # an unseeded Dropout draws from PyTorch's global generator: put back after, so later steps draw as before
         random_state = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)

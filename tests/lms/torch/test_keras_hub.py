@@ -46,3 +46,27 @@ def test_explain_fit_reads_a_dict_of_inputs_with_sample_weights():
                                   modes=("without LMS", "LMS"))
     assert found.peak["bytes"] > 0 and found.modes[0].largest_batch > 0
     assert found.modes[1].largest_batch >= found.modes[0].largest_batch
+
+
+def test_lms_leaves_keras_dispatching_batch_ends_asynchronously():
+    """Keras runs the batch-end hooks of a fit on a worker thread where every callback allows it; LMS has no
+    batch-end hook of its own, so a user's async-safe callback still runs off the training thread."""
+    import threading
+
+    import keras
+
+    from tests.models import compiled, mlp, vectors
+
+    class Where(keras.callbacks.Callback):
+        async_safe = True
+
+        def __init__(self):
+            super().__init__()
+            self.threads = set()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.threads.add(threading.current_thread() is threading.main_thread())
+
+    where = Where()
+    compiled(mlp()).fit(*vectors(64), batch_size=16, verbose=0, callbacks=[where, LMS(min_bytes=0, verbose=0)])
+    assert where.threads == {False}

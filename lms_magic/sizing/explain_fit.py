@@ -44,6 +44,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         batch_size: the batch the user asks for.
         capacity: the device's memory ("16GiB" or bytes). Defaults to the device LMS relieves (the first
             GPU, or the accelerator ``lms_magic.simulate_accelerator(memory=...)`` made); None where there is none.
+            A capacity LMS would not find by itself puts the budget it leaves into each ``%%lms_fit`` line.
         modes: the names of ``MODES`` to consider. Defaults to all.
         batch_sizes: batch sizes for the frontier: each way's predicted peak and step time at each. Defaults to
             none.
@@ -74,7 +75,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         >>> found = explain_fit(model, (np.ones((8, 256), "float32"), np.ones(8)), batch_size=6000, capacity="64MiB",
         ...                     modes=("without LMS", "LMS"), min_bytes=0)
         >>> found.modes[0].fits, found.modes[1].fits, found.suggestion
-        (False, True, '%%lms_fit')
+        (False, True, '%%lms_fit --budget 51MiB')
         >>> found.modes[0].largest_batch < 6000 < found.modes[1].largest_batch
         True
     """

@@ -90,6 +90,9 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
         correction = None if loop is None else loop.correct(session, batch_size, capacity_bytes, plain_usable)
         # LMS plans in the replay's bytes: where the allocator holds more, against a budget smaller by as much
         plan_budget = _plan_budget(session, usable, correction)
+        # a capacity LMS would not find by itself: its lines carry the budget it leaves (in whole MiB, at or under)
+        carried = _whole_units(usable) if plan_budget is None and budget is None and capacity is not None and \
+            usable and capacity_bytes != _device_capacity(options) else None
         plan_capacity = capacity_bytes if plan_budget is None else int(plan_budget / (1 - CAPACITY_HEADROOM))
         for name, tuned, magic in chosen:
             refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
@@ -102,6 +105,8 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
             if magic and plan_budget is not None:  # what the plans' budget holds on the device
                 magic, tuned = f"{magic} --budget {plan_budget >> 20}MiB", {**tuned, "budget": plan_budget}
                 limit = _corrected(session, plan_budget, ratio)
+            elif magic and carried:
+                magic, tuned = f"{magic} --budget {carried[1]}", {**tuned, "budget": carried[0]}
             results.append(mode_fit(session, name, magic, batch_size, plan_capacity, limit, ratio))
             if loop is not None and limit is not None:
                 results[-1] = loop.confirm(session, results[-1], tuned, plan_capacity, limit)
@@ -172,6 +177,17 @@ def _plan_budget(session, usable: int | None, correction: Correction | None) -> 
         return None
     persistent = session.predictor.persistent_bytes
     return (persistent + int((usable - persistent) / correction.ratio)) >> 20 << 20
+
+
+def _whole_units(size: int) -> tuple[int, str]:
+    """``size`` rounded down to whole MiB (KiB under 16 MiB), and as a budget flag writes it.
+
+    Example:
+        >>> _whole_units(100 * 2**20 + 5), _whole_units(1677721)
+        ((104857600, '100MiB'), (1677312, '1638KiB'))
+    """
+    unit, name = (2**20, "MiB") if size >= 16 * 2**20 else (2**10, "KiB")
+    return size // unit * unit, f"{size // unit}{name}"
 
 
 def _device_capacity(options: dict) -> int | None:

@@ -6,6 +6,7 @@ import pytest
 
 from lms_magic import LMS, explain_fit
 from lms_magic.lms.core.plan import usable_bytes
+from lms_magic.units import parse_bytes
 from lms_magic.lms.train_function import LmsTrainFunction
 from lms_magic.tuning.session import TuningSession
 from tests.conftest import DEVICES
@@ -68,7 +69,8 @@ def test_the_largest_batches_are_where_the_predictions_cross_the_device(devices)
     usable = usable_bytes(capacity)
     assert found.usable_bytes == usable
     plain, lms, recompute = found.modes
-    assert plain.fits is False and lms.fits is True and found.suggestion == "%%lms_fit"
+    # the capacity given is not the device's: each line carries the budget LMS is to plan for
+    assert plain.fits is False and lms.fits is True and found.suggestion.startswith("%%lms_fit --budget ")
     assert plain.largest_batch < BATCH < lms.largest_batch
     # each largest batch is the edge: predicted within the device there, above it one sample more
     assert session.predictor.predict(0, 1, plain.largest_batch).peak_bytes <= usable
@@ -78,7 +80,8 @@ def test_the_largest_batches_are_where_the_predictions_cross_the_device(devices)
     session.set_options(recompute="only")
     assert session.predictor.planned(1, recompute.largest_batch, capacity).peak_bytes <= usable
     assert session.predictor.planned(1, recompute.largest_batch + 1, capacity).peak_bytes > usable
-    assert recompute.magic == "%%lms_fit --recompute only" and lms.step_ratio >= 1.0
+    assert recompute.magic == f"%%lms_fit --recompute only --budget {lms.magic.rsplit(' ', 1)[1]}" and lms.step_ratio >= 1.0
+    assert usable - 2**20 < parse_bytes(lms.magic.rsplit(" ", 1)[1]) <= usable
     figures = found.to_dict()
     assert figures["modes"][1]["largest_batch"] == lms.largest_batch and figures["capacity_bytes"] == capacity
     from lms_magic.ui.explain_html import explanation_html

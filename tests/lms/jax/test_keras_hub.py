@@ -101,3 +101,7 @@ def test_largest_batch_reads_a_dict_of_inputs_with_sample_weights():
 
     chosen = lms_magic.largest_batch(causal_lm(layers=1), lm_data(), capacity="48MiB", batch_size=8)
     assert chosen.batch_size >= chosen.explanation.modes[0].largest_batch > 0
+    if chosen.options is not None:  # with LMS: the budget the capacity given leaves, in the options and the line
+        from lms_magic.units import parse_bytes
+
+        assert parse_bytes(chosen.options["budget"]) <= 0.8 * 48 * 2**20 and "--budget" in chosen.magic

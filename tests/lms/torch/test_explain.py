@@ -26,7 +26,7 @@ def test_explain_fit_says_what_fills_the_step_and_what_fits_and_changes_nothing(
     assert peak["by_kind"]["activations_kept"] > peak["by_kind"]["weights"]
     assert {row["layer"].rstrip("_0123456789") for row in peak["layers"][:6]} <= {"batch_normalization", "conv2d"}
     plain, lms, recompute, lean = found.modes
-    assert plain.fits is False and lms.fits is True and found.suggestion == "%%lms_fit"
+    assert plain.fits is False and lms.fits is True and found.suggestion == "%%lms_fit --budget 1638KiB"
     assert plain.largest_batch < 32 < lms.largest_batch
     assert "not predicted on PyTorch" in recompute.unavailable and "not predicted on PyTorch" in lean.unavailable
     assert lms.step_ratio is not None  # the FLOP count of the run, at the device's rate

@@ -46,6 +46,8 @@ def test_explain_fit_reads_a_dict_of_inputs_with_sample_weights():
                                   modes=("without LMS", "LMS"))
     assert found.peak["bytes"] > 0 and found.modes[0].largest_batch > 0
     assert found.modes[1].largest_batch >= found.modes[0].largest_batch
+    # no GPU here: the capacity given is one LMS would not find by itself, so its line carries the budget
+    assert found.modes[1].magic == "%%lms_fit --budget 51MiB"
 
 
 def test_lms_leaves_keras_dispatching_batch_ends_asynchronously():

@@ -1,0 +1,121 @@
+"""KerasHub causal LMs fine-tuned with LoRA (issue 60's size) on TensorFlow's simulated 256 MiB device: the
+answers against the allocator, and what LMS() costs a whole fit.
+
+Gemma-, Llama- and Mistral-style from a config (4 layers, hidden 256, 4 query / 1 key-value heads, vocabulary
+4096, 256 tokens, LoRA rank 4), AdamW, a weighted sparse-categorical accuracy, ``(x, y, sample_weight)``. In a
+fresh process per batch: a plain fit of 6 steps, each step's peak read from the allocator (BFC) after the first,
+then ``LMS()`` on a new model from the same seed for 6 steps (its figure for a plain step, what it moved, the
+whole fit's time over the plain fit's). In another process: ``explain_fit`` at batch 8 (it measures a plain step
+there and corrects its figures) and its figure at batch 4, held to batch 4's measured peak.
+
+    python benchmarks/fine_tuning.py [--families gemma llama mistral] [--dtypes float32 mixed_bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+from common import CODE, Figure, child_env, report
+
+SIZE = dict(layers=4, hidden=256, vocabulary=4096)
+SEQUENCE = 256
+
+TRIAL = """
+import json, sys, time
+args = json.loads(sys.argv[1])
+import lms_magic
+lms_magic.simulate_accelerator(memory="256MiB")
+import keras
+from lms_magic import LMS
+from lms_magic.memory.frameworks import resettable_counter
+from tests.hub import causal_lm, lm_data
+size = args["size"]
+data = lm_data(n=args["batch"] * 6, sequence=args["sequence"], vocabulary=size["vocabulary"])
+found = {}
+if args["kind"] == "fits":
+    counter = resettable_counter("/CPU:0")
+
+    class Peaks(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__(); self.read = []
+        def on_train_batch_begin(self, batch, logs=None):
+            counter.reset()
+        def on_train_batch_end(self, batch, logs=None):
+            if batch >= 1: self.read.append(counter.read()[1])
+
+    for way in ("plain", "lms"):
+        model = causal_lm(args["family"], dtype=args["dtype"], **size)
+        x, y, w = data
+        peaks, extra = Peaks(), [LMS(verbose=0)] if way == "lms" else []
+        start = time.perf_counter()
+        history = model.fit(x, y, sample_weight=w, batch_size=args["batch"], epochs=1, shuffle=False, verbose=0,
+                            callbacks=[peaks] + extra)
+        found[way] = {"fit_s": time.perf_counter() - start, "peak": max(peaks.read), "loss": history.history["loss"]}
+        if extra:
+            s = extra[0].stats
+            found[way].update(without=s.device_peak_bytes_without_lms, predicted=s.device_peak_bytes,
+                              moved=s.swapped_tensors + s.recomputed_tensors, active=s.active, notes=s.notes)
+else:
+    model = causal_lm(args["family"], dtype=args["dtype"], **size)
+    explained = lms_magic.explain_fit(model, data, batch_size=args["batch"], batch_sizes=(args["other"],),
+                                      modes=("without LMS",))
+    found = {"peak": explained.modes[0].peak_bytes, "correction": str(explained.correction),
+             "other": [p.peak_bytes for p in explained.frontier if p.batch_size == args["other"]][0]}
+print("RESULT " + json.dumps(found))
+"""
+
+
+def trial(**args) -> dict | None:
+    done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps({"size": SIZE, "sequence": SEQUENCE, **args})],
+                          capture_output=True, text=True, cwd=CODE, env=child_env(KERAS_BACKEND="tensorflow"))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        print(f"failed: {args}\n{done.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1][7:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", default=["gemma", "llama", "mistral"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "mixed_bfloat16"])
+    options = parser.parse_args()
+    figures, lms_ratios, time_ratios, explain_ratios = [], [], [], []
+    for family in options.families:
+        for dtype in options.dtypes:
+            fits = {batch: trial(kind="fits", family=family, dtype=dtype, batch=batch) for batch in (4, 8)}
+            explained = trial(kind="explain", family=family, dtype=dtype, batch=8, other=4)
+            for batch, run in fits.items():
+                if run is None:
+                    continue
+                plain, lms = run["plain"], run["lms"]
+                ratio = lms["without"] / plain["peak"] if lms.get("without") else None
+                lms_ratios += [ratio] if ratio else []
+                time_ratios.append(lms["fit_s"] / plain["fit_s"])
+                print(f"{family} {dtype} batch {batch}: plain step peak {plain['peak'] / 2**20:.1f} MiB; LMS's "
+                      f"figure {lms.get('without', 0) / 2**20:.1f} MiB ({ratio or 0:.3f}x), moved {lms['moved']}, "
+                      f"losses {'identical' if lms['loss'] == plain['loss'] else 'differ'}; fit {lms['fit_s']:.1f} s "
+                      f"against {plain['fit_s']:.1f} s ({lms['fit_s'] / plain['fit_s']:.2f}x)", flush=True)
+            if explained is not None and fits.get(4) is not None:
+                ratio = explained["other"] / fits[4]["plain"]["peak"]
+                explain_ratios.append(ratio)
+                print(f"{family} {dtype}: explain_fit at batch 8 says {explained['other'] / 2**20:.1f} MiB at batch 4, "
+                      f"measured {fits[4]['plain']['peak'] / 2**20:.1f} MiB ({ratio:.3f}x); {explained['correction']}",
+                      flush=True)
+    what = f"KerasHub causal LMs with LoRA ({', '.join(options.families)}; {', '.join(options.dtypes)})"
+    for name, values, goal in (("LMS's figure of a plain step over the allocator's peak", lms_ratios, "0.90-1.10"),
+                               ("explain_fit's figure at batch 4 (measured at 8) over the allocator's peak",
+                                explain_ratios, "0.90-1.10"),
+                               ("a 6-step fit with LMS() over a plain fit", time_ratios, "at most 1.2")):
+        if values:
+            figures.append(Figure(f"{what}: {name}", f"median of {len(values)}", round(statistics.median(values), 3),
+                                  "x", round(min(values), 3), round(max(values), 3), "min-max", goal))
+    report(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -37,12 +37,12 @@ size = args["size"]
 data = lm_data(n=args["batch"] * 6, sequence=args["sequence"], vocabulary=size["vocabulary"])
 found = {}
 if args["kind"] == "fits":
-    counter = resettable_counter("/CPU:0")
-
     class Peaks(keras.callbacks.Callback):
         def __init__(self):
             super().__init__(); self.read = []
         def on_train_batch_begin(self, batch, logs=None):
+            global counter
+            counter = resettable_counter("/CPU:0")  # found once TensorFlow's runtime has started
             counter.reset()
         def on_train_batch_end(self, batch, logs=None):
             if batch >= 1: self.read.append(counter.read()[1])

@@ -38,7 +38,7 @@ def test_lms_demo_shows_the_win_then_the_seed_experiment_headless(tmp_path, caps
     assert "test accuracy" in printed and "plan: fits the device; swapped per step: 0 bytes" in printed
     # before part 1's fit, why it does not fit: the convolutions fill the peak, and %%lms_fit trains the batch
     assert "the layers holding the most at the peak: conv2d" in printed and "put `%%lms_fit" in printed
-    assert "measured: a plain step at batch" in printed  # held to the simulated device's allocator
+    assert "measured: plain steps held" in printed  # held to the simulated device's allocator
     outputs = [o.get("data", {}) for c in notebook.cells for o in c.get("outputs", [])]
     tables = [d["text/plain"] for d in outputs if "lms - no_lms" in d.get("text/plain", "")]
     assert len(tables) == 2  # each dashboard's table, once: `-o` does not show it again as Out

@@ -9,6 +9,7 @@ the work of one fit: ``TensorFlowBackend`` (graph rewrite, executed-graph replay
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 
 import keras
@@ -132,6 +133,7 @@ class LMS(keras.callbacks.Callback):
         self.allocator = None
         self._counter, self._held_before = None, 0
         self._checking = False  # a step whose plan is checked has begun, and is not acted on yet
+        self._planning_since: float | None = None  # when the first step whose plan is checked began
         self._process = (0, 1)  # this process's index among those training together, and their count
 
     @property
@@ -172,7 +174,7 @@ class LMS(keras.callbacks.Callback):
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
-        self._checking = False
+        self._checking, self._planning_since = False, None
         self._restore()
         LmsTrainFunction.remove_from(self._keras_model)  # left by a fit that ended between a batch begin and its step
         framework = chosen_framework()
@@ -210,6 +212,8 @@ class LMS(keras.callbacks.Callback):
             self._function.arm()
             if self._summary_due:
                 self._checking = True
+                if self._planning_since is None:
+                    self._planning_since = time.perf_counter()
                 if self._counter is not None:  # a step whose plan is checked: measured
                     self._counter.reset()
                     self._held_before = self._counter.read()[0]
@@ -229,6 +233,7 @@ class LMS(keras.callbacks.Callback):
             self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
             return
         self._summary_due = False
+        self._note_first_steps()
         if action is Action.STEP_OUT:
             LmsTrainFunction.remove_from(self._keras_model)
             self._function = None
@@ -237,6 +242,15 @@ class LMS(keras.callbacks.Callback):
             self._summary_line = self._backend.summary_line()
         if self._prints:
             print(self.summary())
+
+    def _note_first_steps(self) -> None:
+        """Says what the steps whose plan was checked took: the traces and the planning are their extra time."""
+        if self._planning_since is None:
+            return
+        took_s, self._planning_since = time.perf_counter() - self._planning_since, None
+        traces = getattr(self._backend, "trace_count", None)
+        traced = f": the step was traced {traces} time{'s' if traces != 1 else ''} and planned" if traces else ""
+        self.stats.notes.append(f"LMS's first step took {took_s:.1f} s{traced}; later steps run as planned")
 
     def on_train_end(self, logs=None):
         if self._checking:

@@ -135,16 +135,28 @@ def _meter(model, data, options: dict, budget: int | None):
 
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
-    """One plain step measured at the batch asked for, or at the largest predicted to fit where that is smaller:
-    its allocator peak over the replay's step bytes (at least 1: a replay above the allocator is kept)."""
+    """Plain steps measured at the batch asked for (or the largest predicted to fit, where smaller) and at half
+    of it: the line through their allocator peaks against the replay's step bytes (a fixed part and one that
+    grows with the batch), or the one step's ratio where only one could be measured. Steps of the same batch in
+    one process vary by a few percent; the line is made over batches far enough apart to show the fixed part."""
     persistent = session.predictor.persistent_bytes
     plain = mode_fit(session, "", "", batch_size, capacity_bytes, limit) if limit is not None else None
     batch = max(1, min(batch_size, plain.largest_batch if plain is not None and plain.largest_batch else batch_size))
-    predicted = session.predictor.plain_peak_bytes(batch) - persistent
-    step = meter.measure(batch)
-    measured = step.step_bytes
-    ratio = 1.0 if measured is None else max(1.0, measured / max(1, predicted))
-    return Correction(batch, measured, predicted, ratio, meter.where)
+
+    def measured_at(size: int) -> tuple[int | None, int]:
+        return meter.measure(size).step_bytes, session.predictor.plain_peak_bytes(size) - persistent
+
+    measured, predicted = measured_at(batch)
+    if measured is None:
+        return Correction(batch, None, predicted, 1.0, meter.where)
+    ratio, other, fixed = measured / max(1, predicted), None, 0
+    if batch >= 2:
+        low, low_predicted = measured_at(batch // 2)
+        slope = (measured - low) / (predicted - low_predicted) if low is not None and predicted > low_predicted \
+            else None
+        if slope is not None and 0.25 <= slope <= 4:  # else one step's ratio: a line too steep to trust
+            ratio, other, fixed = slope, (batch // 2, low, low_predicted), int(measured - slope * predicted)
+    return Correction(batch, measured, predicted, ratio, meter.where, other, fixed)
 
 
 def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:

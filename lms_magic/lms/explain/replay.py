@@ -101,20 +101,19 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                 continue
             session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
             limit = usable if magic else plain_usable
-            ratio = correction.ratio if correction is not None else 1.0
             if magic and plan_budget is not None:  # what the plans' budget holds on the device
                 magic, tuned = f"{magic} --budget {plan_budget >> 20}MiB", {**tuned, "budget": plan_budget}
-                limit = _corrected(session, plan_budget, ratio)
+                limit = _corrected(session, plan_budget, correction)
             elif magic and carried:
                 magic, tuned = f"{magic} --budget {carried[1]}", {**tuned, "budget": carried[0]}
-            results.append(mode_fit(session, name, magic, batch_size, plan_capacity, limit, ratio))
+            results.append(mode_fit(session, name, magic, batch_size, plan_capacity, limit, correction))
             if loop is not None and limit is not None:
                 results[-1] = loop.confirm(session, results[-1], tuned, plan_capacity, limit)
             if tuned.get("lean_ops") and not session.predictors.lean_changes():  # the step without it
                 results[-1] = replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
                 peak_bytes, step_ratio = _predicted(session, bool(magic), size, plan_capacity)
-                peak_bytes = _corrected(session, peak_bytes, ratio)
+                peak_bytes = _corrected(session, peak_bytes, correction)
                 fits = None if limit is None else peak_bytes <= limit
                 frontier.append(FrontierPoint(size, name, peak_bytes, step_ratio, fits))
         return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
@@ -137,14 +136,13 @@ def _predicted(session, with_lms: bool, batch: int, capacity_bytes: int | None) 
     return prediction.peak_bytes, session.step_cost(batch).ratio(prediction.swapped_bytes_per_step)
 
 
-def _corrected(session, peak_bytes: int, ratio: float) -> int:
-    """``peak_bytes`` with the step's bytes (past the weights and optimizer state) times the measured ``ratio``."""
-    persistent = session.predictor.persistent_bytes
-    return peak_bytes if ratio == 1.0 else persistent + int(round((peak_bytes - persistent) * ratio))
+def _corrected(session, peak_bytes: int, correction: Correction | None) -> int:
+    """``peak_bytes`` as the measured steps say the device holds it (``Correction.applied``), or as replayed."""
+    return peak_bytes if correction is None else correction.applied(peak_bytes, session.predictor.persistent_bytes)
 
 
 def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: int | None,
-              usable: int | None, correction: float = 1.0) -> ModeFit:
+              usable: int | None, correction: Correction | None = None) -> ModeFit:
     with_lms = bool(magic)
 
     def peak_at(batch: int) -> int:
@@ -171,12 +169,12 @@ def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: in
 
 
 def _plan_budget(session, usable: int | None, correction: Correction | None) -> int | None:
-    """The budget, in the replay's bytes and whole MiB, whose plans the allocator holds within ``usable``, where a
-    measured step corrected the figures up; else None."""
-    if usable is None or correction is None or correction.ratio <= 1.0:
+    """The budget, in the replay's bytes and whole MiB, whose plans the allocator holds within ``usable``, where
+    measured steps say the device holds more than the replay there; else None."""
+    if usable is None or correction is None:
         return None
-    persistent = session.predictor.persistent_bytes
-    return (persistent + int((usable - persistent) / correction.ratio)) >> 20 << 20
+    budget = correction.replayed(usable, session.predictor.persistent_bytes)
+    return budget >> 20 << 20 if budget < usable else None
 
 
 def _whole_units(size: int) -> tuple[int, str]:

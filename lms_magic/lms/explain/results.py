@@ -13,24 +13,46 @@ from .confirm import Confirmed
 
 @dataclass(frozen=True)
 class Correction:
-    """What a plain step measured on the device held beyond the replay's tensors: every way's figures are the
-    replay's step bytes (past the weights and optimizer state) times ``ratio``, which is at least 1."""
+    """What plain steps measured on the device held against the replay's tensors: every way's step bytes (past the
+    weights and optimizer state) become ``fixed_bytes + ratio * replay``, a line through two measured batch sizes
+    (a fixed part, such as kernels' workspaces, and a part that grows with the batch), or through one where only
+    one was measured (``fixed_bytes`` 0).
+
+    Example:
+        >>> found = Correction(8, 120 * 2**20, 100 * 2**20, 1.0, "TensorFlow's allocator on CPU:0",
+        ...                    other=(4, 70 * 2**20, 50 * 2**20), fixed_bytes=20 * 2**20)
+        >>> found.applied(10 * 2**20 + 200 * 2**20, 10 * 2**20) // 2**20  # persistent + fixed + 1.0 x step
+        230
+    """
 
     batch_size: int
     measured_bytes: int | None  # the allocator's peak over what the device held before the step
     predicted_bytes: int  # the replay's step bytes at the same batch
-    ratio: float
+    ratio: float  # the measured step bytes per replayed step byte
     source: str  # the allocator read ("TensorFlow's allocator on CPU:0")
+    other: tuple[int, int, int] | None = None  # a second measured step: (batch size, measured, replayed bytes)
+    fixed_bytes: int = 0  # what the allocator held at any batch beyond the replay's line (may be below 0)
+
+    def applied(self, peak_bytes: int, persistent_bytes: int) -> int:
+        """A replayed peak (``persistent_bytes`` of it the weights and optimizer state) as the device holds it."""
+        step = peak_bytes - persistent_bytes
+        return persistent_bytes + max(0, int(round(self.fixed_bytes + step * self.ratio)))
+
+    def replayed(self, device_bytes: int, persistent_bytes: int) -> int:
+        """The replayed peak the device holds as ``device_bytes`` (``applied``'s inverse)."""
+        return persistent_bytes + int((device_bytes - persistent_bytes - self.fixed_bytes) / self.ratio)
 
     @property
     def words(self) -> str:
         if self.measured_bytes is None:
             return f"a plain step at batch {self.batch_size} ran out of memory on the device; figures not corrected"
-        held = self.measured_bytes / max(1, self.predicted_bytes)
-        done = f"every figure here is the replay's step bytes times {self.ratio:.2f}" if self.ratio > 1 else \
-            "the figures are the replay's (at or above what the allocator held)"
-        return (f"measured: a plain step at batch {self.batch_size} held {format_size(self.measured_bytes)} in "
-                f"{self.source}, {held:.2f}x the replay's {format_size(self.predicted_bytes)}; {done}")
+        steps = [(self.batch_size, self.measured_bytes, self.predicted_bytes)] + ([self.other] if self.other else [])
+        held = "; ".join(f"at batch {batch} {format_size(measured)}, {measured / max(1, replayed):.2f}x the replay's "
+                         f"{format_size(replayed)}" for batch, measured, replayed in steps)
+        done = f"every figure here is the replay's step bytes times {self.ratio:.2f}"
+        if self.fixed_bytes:
+            done += f", {'plus' if self.fixed_bytes > 0 else 'less'} {format_size(abs(self.fixed_bytes))} at any batch"
+        return f"measured: plain steps held, in {self.source}, {held}; {done}"
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,11 @@ class TensorFlowBackend:
 
         return lms_train_step
 
+    @property
+    def trace_count(self) -> int:
+        """How many graphs of the train step were traced and rewritten so far (the callback's note)."""
+        return len(self._traces)
+
     def _persistent(self):
         """The weights, optimizer state and metrics' variables (read once, after the first trace built them)."""
         if self._persistent_tensors is None:

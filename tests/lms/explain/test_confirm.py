@@ -98,7 +98,7 @@ def test_explain_fit_confirms_the_largest_plain_batch_by_steps_and_leaves_the_mo
     from lms_magic.ui.explain_html import explanation_html
 
     page = explanation_html(found)  # what a notebook shows
-    assert f"{confirmed.batch_size} (confirmed;" in page and "measured: a plain step at batch" in page
+    assert f"{confirmed.batch_size} (confirmed;" in page and "measured: plain steps held" in page
     assert all(np.array_equal(a, b) for a, b in zip(before, state(model)))
     assert model.history is history and np.array_equal(np.random.get_state()[1], numpy_before)
     keras.backend.clear_session()

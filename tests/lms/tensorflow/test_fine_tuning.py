@@ -17,10 +17,25 @@ def device_96mib(accelerator_memory):
 
 
 def test_explain_fit_measures_a_weighted_step_and_names_each_layer_by_its_path(device_96mib):
+    import keras
     import lms_magic
+    from lms_magic.memory.frameworks import resettable_counter
 
-    found = lms_magic.explain_fit(causal_lm(), lm_data(), batch_size=8, modes=("without LMS",))
-    assert found.correction is not None, found.unmeasured  # a real step of the weighted data was measured
+    model, data = causal_lm(), lm_data()
+    found = lms_magic.explain_fit(model, data, batch_size=8, batch_sizes=(3,), modes=("without LMS",))
+    correction = found.correction
+    assert correction is not None and correction.other is not None, found.unmeasured  # steps at 8 and 4 measured
+    # the line through them holds at a batch not measured: a plain fit's steps at 3 against the figure there
+    counter, steps = resettable_counter("/CPU:0"), []
+    before = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda *_, **__: (counter.reset(), before.append(counter.read()[0])),
+        on_train_batch_end=lambda *_, **__: steps.append(counter.read()[1] - before[-1]))
+    model.fit(data[0], data[1], sample_weight=data[2], batch_size=3, epochs=1, verbose=0, callbacks=[record])
+    (at_3,) = [point.peak_bytes for point in found.frontier]
+    persistent = found.peak["by_kind"]["weights"] + found.peak["by_kind"].get("optimizer_state", 0)
+    # the step's own bytes each way (what the device held before a step is the weights and other tests' tensors)
+    assert 0.8 <= (at_3 - persistent) / max(steps[1:]) <= 1.2, (at_3, persistent, steps, correction.words)
     names = [row["layer"] for row in found.peak["layers"]]
     softmaxes = [name for name in names if name.endswith("/softmax") or re.search(r"/softmax_\d+$", name)]
     # each block's attention softmax under its own block, by path, never merged or credited to the next block

@@ -17,15 +17,15 @@ def test_a_kerashub_backbone_trains_as_without_lms():
     assert stats.swapped_tensors > 0 and stats.device_peak_bytes < stats.device_peak_bytes_without_lms
 
 
-@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
-def test_lora_fine_tuning_with_sample_weights_trains_as_without_lms(dtype):
+@pytest.mark.parametrize("family, dtype", [("gemma", "float32"), ("gemma", "mixed_bfloat16"), ("llama", "float32")])
+def test_lora_fine_tuning_with_sample_weights_trains_as_without_lms(family, dtype):
     """A KerasHub causal LM with LoRA, ``(dict of inputs, labels, sample_weight)``: every candidate moved, the same
     losses, weights and weighted accuracy as a plain fit, and LMS's step-time probe reads the dict of inputs."""
     from tests.hub import causal_lm, lm_data
 
     fitted = []
     for callbacks in ([], [LMS(n_tensors=-1, min_bytes=0, verbose=0)]):
-        model = causal_lm(dtype=dtype)
+        model = causal_lm(family, dtype=dtype)
         x, y, weights = lm_data()
         history = model.fit(x, y, sample_weight=weights, batch_size=8, epochs=1, verbose=0, shuffle=False,
                             callbacks=callbacks)

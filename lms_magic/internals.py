@@ -342,6 +342,19 @@ def current_keras_layer() -> tuple[str, str]:
     return "", ""
 
 
+def current_keras_layer_path() -> str:
+    """The Keras layers being called, outermost first, less the model itself ("backbone/block_0/attention"), from
+    Keras's name-scope stack; the model's name where only it is; "loss" outside any (a PyTorch step computes
+    the loss outside the model's call, and Keras's metrics save nothing for the backward pass)."""
+    from keras.src.backend.common import global_state
+
+    callers = [scope.caller for scope in global_state.get_global_attribute("name_scope_stack") or []
+               if hasattr(getattr(scope, "caller", None), "built")]
+    if not callers:
+        return "loss"
+    return "/".join(caller.name for caller in callers[1:]) or callers[0].name
+
+
 def reshuffles_each_iteration(data) -> bool:
     """Whether ``data`` is a tf.data pipeline with a shuffle that draws a new order for each pass.
 

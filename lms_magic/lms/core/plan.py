@@ -78,6 +78,7 @@ class Candidate:
         shape: the tensor's shape.
         nbytes: its size in bytes.
         forward_index: its producer's position in the forward pass.
+        path: the layers it was made in, outermost first ("backbone/block_0/attention"), where known.
     """
 
     tensor: str
@@ -86,6 +87,7 @@ class Candidate:
     shape: tuple[int, ...]
     nbytes: int
     forward_index: int
+    path: str = ""  # the layers it was made in, outermost first, where the backend knows them (explanations)
 
 
 NAME_FIELDS = ("include_layers", "exclude_layers", "include_types", "exclude_types")

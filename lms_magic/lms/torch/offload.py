@@ -279,7 +279,7 @@ class TorchOffloader:
         if flat is None:
             return tensor
         candidate = Candidate(f"saved:{self._index}", layer, layer_type, tuple(tensor.shape),
-                              tensor.numel() * tensor.element_size(), self._index)
+                              tensor.numel() * tensor.element_size(), self._index, internals.current_keras_layer_path())
         self._index += 1
         if not self.selection.eligible([candidate]):
             return tensor

@@ -193,7 +193,7 @@ class TorchStepPredictor(PrefixPredictions):
             if candidate is None:
                 return LiveTensor(tensor[0], "", None, 0, "other")
             kind = "activations_swapped_in" if tensor[0].endswith("/device_copy") else "activations_kept"
-            return LiveTensor(candidate.tensor, candidate.layer, candidate.shape, 0, kind)
+            return LiveTensor(candidate.tensor, candidate.path or candidate.layer, candidate.shape, 0, kind)
 
         phase = "backward" if (result.peak_after or "").startswith("b") else "forward"
         return explain_peak(result, describe, self._persistent, phase, result.peak_after or "")

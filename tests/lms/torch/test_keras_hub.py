@@ -1,6 +1,8 @@
 """KerasHub's GPT-2 backbone (built from a config) trained with LMS on the PyTorch backend: the same losses and
 weights as a plain fit, every saved activation offloaded."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,10 @@ def test_explain_fit_reads_a_dict_of_inputs_with_sample_weights():
     found = lms_magic.explain_fit(causal_lm(), lm_data(), batch_size=8, capacity="64MiB",
                                   modes=("without LMS", "LMS"))
     assert found.peak["bytes"] > 0 and found.modes[0].largest_batch > 0
+    # named by path as on TensorFlow and JAX: each block's attention softmax under its block; the loss as such
+    names = [row["layer"] for row in found.peak["layers"]]
+    assert any(re.fullmatch(r"gemma_backbone(_\d+)?/decoder_block_0/attention/softmax(_\d+)?", name) for name in names), names
+    assert "loss" in names and "(no layer)" not in names, names
     assert found.modes[1].largest_batch >= found.modes[0].largest_batch
     # no GPU here: the capacity given is one LMS would not find by itself, so its line carries the budget
     assert found.modes[1].magic == "%%lms_fit --budget 51MiB"

@@ -93,7 +93,7 @@ def test_where_recomputing_would_raise_the_peak_swaps_alone_stand_and_it_is_said
     assert hybrid.stats.recomputed_tensors == 0
     assert hybrid.stats.device_peak_bytes == swaps.stats.device_peak_bytes
     assert any(note.endswith("is above swaps alone (" + note.split("(")[-1]) for note in hybrid.stats.notes)
-    assert "swaps alone" in hybrid.stats.notes[-1]
+    assert any("swaps alone" in note for note in hybrid.stats.notes)
 
 
 class Block(keras.Model):

@@ -2,6 +2,8 @@
 planned again where the device held more than the plan was allowed, kept where it held within. The allocator is a
 fake here (a GPU's is read on a GPU; the simulated accelerator shares TensorFlow's CPU allocator with the host)."""
 
+import re
+
 import numpy as np
 
 from lms_magic import LMS
@@ -67,4 +69,7 @@ def test_a_plan_whose_first_step_held_within_what_it_was_allowed_stands(devices)
     stats, _ = fit(devices, budget, allocator)
     assert not stats.replanned and stats.swapped_tensors == first.swapped_tensors
     assert stats.measured_step_peak_bytes == persistent + allocator.step_bytes[-1]
-    assert stats.notes == first.notes  # no step more traced or probed
+    def untimed(notes):  # the first step's note names its time, which differs from fit to fit
+        return [re.sub(r"took [0-9.]+ s", "took ... s", note) for note in notes]
+
+    assert untimed(stats.notes) == untimed(first.notes)  # no step more traced or probed

@@ -43,15 +43,6 @@ def test_explain_fit_measures_a_weighted_step_and_names_each_layer_by_its_path(d
     assert not [name for name in names if re.fullmatch(r"[A-Z]\w+", name)], names  # no bare op types (Bitcast)
 
 
-def test_largest_batch_takes_sample_weights_and_confirms_a_plain_step(device_96mib):
-    import lms_magic
-
-    chosen = lms_magic.largest_batch(causal_lm(), lm_data(), batch_size=8)
-    plain = chosen.explanation.modes[0]
-    assert plain.confirmed is not None and plain.confirmed.batch_size >= 1, chosen
-    assert chosen.batch_size >= plain.confirmed.batch_size
-
-
 def test_the_dashboard_compares_every_compiled_metric_and_counts_samples(shell, devices, device_96mib):
     shell.user_ns.update(causal_lm=causal_lm, data=lm_data())
     result = shell.run_cell_magic("lms_fit", f"--compare -q -o {devices.magic_options}", (
@@ -65,6 +56,8 @@ def test_the_dashboard_compares_every_compiled_metric_and_counts_samples(shell, 
 
 
 def test_batch_size_max_trains_a_kerashub_task_model_on_its_arrays(shell, devices, device_96mib, capsys):
+    """largest_batch on the user's (x, y, sample_weight), which KerasHub's own fit batches: the batch chosen, then
+    trained at."""
     shell.user_ns.update(causal_lm=causal_lm, data=lm_data())
     shell.run_cell_magic("lms_fit", "--batch-size max -o", (
         "model = causal_lm()\n"

@@ -11,6 +11,7 @@ each helper imports what it needs.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from collections import defaultdict
 from typing import Callable, Iterator
@@ -143,7 +144,7 @@ def _overriding_fit(model_class) -> list:
         if owner in seen:
             continue
         seen.add(owner)
-        if "fit" in owner.__dict__ and callable(owner.__dict__["fit"]):
+        if inspect.isfunction(owner.__dict__.get("fit")):  # a method of its own (not a static one)
             found.append(owner)
         pending.extend(owner.__subclasses__())
     return found

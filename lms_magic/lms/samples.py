@@ -131,7 +131,9 @@ def fit_call(fit, args: tuple, kwargs: dict) -> tuple[tuple, int | None, dict]:
     """
     import inspect
 
-    parameters = [name for name in inspect.signature(fit).parameters if name != "self"]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = [name for name, parameter in inspect.signature(fit).parameters.items()
+                  if name != "self" and parameter.kind in positional]
     named = dict(zip(parameters, args))
     if len(args) > len(parameters):
         raise TypeError(f"fit() takes {len(parameters)} positional arguments, got {len(args)}")

@@ -79,3 +79,15 @@ def test_gpumem_explain_accounts_for_a_kerashub_fit_without_training(shell, devi
     found = shell.user_ns["found"]
     assert found.batch_size == 8 and found.peak["layers"], found
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
+def test_lms_tune_measures_trials_on_the_weighted_dict_data(devices, device_96mib):
+    """%lms_tune's session (its sliders' predictions and Measure's trials) on (x, y, sample_weight)."""
+    import lms_magic
+    from lms_magic.lms.core.search import Setting
+
+    session = lms_magic.TuningSession(causal_lm(), lm_data(), 8, budget="40MiB", device=devices.accelerator,
+                                      host_device=devices.host, min_bytes=0)
+    every, plain = (session.measure(Setting(n_tensors=n, lb=1, batch_size=8)) for n in (-1, 0))
+    assert every.status == plain.status == "ok", (every, plain)
+    assert every.predicted_peak_bytes < plain.predicted_peak_bytes

@@ -91,3 +91,31 @@ def test_lms_tune_measures_trials_on_the_weighted_dict_data(devices, device_96mi
     every, plain = (session.measure(Setting(n_tensors=n, lb=1, batch_size=8)) for n in (-1, 0))
     assert every.status == plain.status == "ok", (every, plain)
     assert every.predicted_peak_bytes < plain.predicted_peak_bytes
+
+
+@pytest.mark.parametrize("form", ["tf.data (x, y, w)", "tf.data (x, y)", "PyDataset (x, y, w)"])
+def test_explain_fit_reads_the_datasets_fit_takes(device_96mib, form):
+    """Batched data of each kind fit accepts, yielding 2- and 3-tuples: the same figures as the arrays give."""
+    import keras
+    import tensorflow as tf
+
+    import lms_magic
+
+    x, y, weights = lm_data(n=16)
+    model = causal_lm()
+    arrays = (x, y) if form == "tf.data (x, y)" else (x, y, weights)
+    if form.startswith("tf.data"):
+        data = tf.data.Dataset.from_tensor_slices(arrays).batch(8)
+    else:
+        class Batches(keras.utils.PyDataset):
+            def __len__(self):
+                return 2
+
+            def __getitem__(self, index):
+                part = slice(8 * index, 8 * index + 8)
+                return {name: value[part] for name, value in x.items()}, y[part], weights[part]
+
+        data = Batches()
+    from_data = lms_magic.explain_fit(model, data, batch_size=8, modes=("without LMS",), confirm=False)
+    from_arrays = lms_magic.explain_fit(model, arrays, batch_size=8, modes=("without LMS",), confirm=False)
+    assert from_data.modes[0].peak_bytes == from_arrays.modes[0].peak_bytes > 0

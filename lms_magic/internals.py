@@ -1,7 +1,8 @@
 """Keras's private API (and tf.data's, which Keras's data adapters hand on), the one interceptor of
 ``keras.Model.fit``, and the checks of whether TensorFlow's and JAX's runtimes have started: the package's private
-framework access outside the backend folders, whose own is in ``lms/tensorflow/internals.py`` (graph collection and
-graph surgery) and ``lms/jax/internals.py`` (a jaxpr equation bound again).
+framework access outside the backend folders, whose own is in ``lms/tensorflow/internals.py`` (graph collection,
+graph surgery, the model's layer tree), ``lms/torch/internals.py`` (the layers being called) and
+``lms/jax/internals.py`` (a jaxpr equation bound again).
 
 The rest of the package calls these helpers, never a private attribute, so a framework release that moves one
 of them breaks here (``versions.py`` holds the tested range). Importing this module imports no framework:
@@ -153,18 +154,6 @@ def _overriding_fit(model_class) -> list:
 def layers_of(model) -> list:
     """Every layer of ``model``, nested ones included."""
     return list(model._flatten_layers(include_self=False, recursive=True))
-
-
-def layer_tree(model) -> tuple[str, dict]:
-    """``model``'s name and its layers as a tree: ``{name: (class name, {child name: ...})}``, each layer's
-    direct sublayers under it (a name is unique among a parent's children, not across the model)."""
-    def children(layer) -> dict:
-        found: dict = {}
-        for child in layer._flatten_layers(include_self=False, recursive=False):
-            found.setdefault(child.name, (type(child).__name__, children(child)))
-        return found
-
-    return model.name, children(model)
 
 
 def layer_types(model) -> dict[str, str]:
@@ -330,30 +319,6 @@ def layer_calls_replaced(layers: list, make: Callable) -> Iterator[None]:
         for layer in layers:
             stack.enter_context(instance_attribute_replaced(layer, "call", make(layer, layer.call)))
         yield
-
-
-def current_keras_layer() -> tuple[str, str]:
-    """The innermost Keras layer being called (name, class name), from Keras's name-scope stack; ("", "") outside."""
-    from keras.src.backend.common import global_state
-
-    for scope in reversed(global_state.get_global_attribute("name_scope_stack") or []):
-        caller = getattr(scope, "caller", None)
-        if caller is not None and hasattr(caller, "built"):
-            return caller.name, type(caller).__name__
-    return "", ""
-
-
-def current_keras_layer_path() -> str:
-    """The Keras layers being called, outermost first, less the model itself ("backbone/block_0/attention"), from
-    Keras's name-scope stack; the model's name where only it is; "loss" outside any (a PyTorch step computes
-    the loss outside the model's call, and Keras's metrics save nothing for the backward pass)."""
-    from keras.src.backend.common import global_state
-
-    callers = [scope.caller for scope in global_state.get_global_attribute("name_scope_stack") or []
-               if hasattr(getattr(scope, "caller", None), "built")]
-    if not callers:
-        return "loss"
-    return "/".join(caller.name for caller in callers[1:]) or callers[0].name
 
 
 def reshuffles_each_iteration(data) -> bool:

@@ -1,6 +1,6 @@
 """TensorFlow's private API, in one place for the TensorFlow backend: the executed graphs collected, the graph
-surgery of the rewrite (control inputs, inputs replaced, ops cloned and placed), a variable read through its handle
-and a GPU's memory limit.
+surgery of the rewrite (control inputs, inputs replaced, ops cloned and placed), a variable read through its handle,
+a GPU's memory limit, and the Keras model's layer tree its scopes are read against.
 
 The rest of the folder calls these helpers, never a private attribute, so a TensorFlow release that moves one of
 them breaks here (``lms_magic/versions.py`` holds the tested range).
@@ -119,3 +119,15 @@ def variable_of_handle(tensor):
 def set_op_device(op, device: str) -> None:
     """Places ``op`` on ``device``."""
     op._set_device(device)
+
+
+def layer_tree(model) -> tuple[str, dict]:
+    """``model``'s name and its layers as a tree: ``{name: (class name, {child name: ...})}``, each layer's
+    direct sublayers under it (a name is unique among a parent's children, not across the model)."""
+    def children(layer) -> dict:
+        found: dict = {}
+        for child in layer._flatten_layers(include_self=False, recursive=False):
+            found.setdefault(child.name, (type(child).__name__, children(child)))
+        return found
+
+    return model.name, children(model)

@@ -255,7 +255,7 @@ def layer_resolver(model) -> "LayerResolver":
     """Maps op names to (layer name, layer type), and to the layer's path, using the model's layers
     (:class:`LayerResolver`)."""
     optimizer = getattr(model, "optimizer", None)
-    return LayerResolver(*internals.layer_tree(model), internals.layer_types(model), getattr(optimizer, "name", None))
+    return LayerResolver(*tf_internals.layer_tree(model), internals.layer_types(model), getattr(optimizer, "name", None))
 
 
 # the train step's own scopes, outside the model's layers: named as what they are

@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from ... import internals
+from . import internals as torch_internals
 from ..core.plan import Candidate, Rule, Selection
 
 
@@ -264,7 +264,7 @@ class TorchOffloader:
             return tensor
         if tensor.layout != torch.strided or tensor.numel() == 0:
             return tensor  # sparse and empty tensors stay where they are
-        layer, layer_type = internals.current_keras_layer()
+        layer, layer_type = torch_internals.current_keras_layer()
         layer_index = self._layers.setdefault(layer, len(self._layers))
         key = tensor.untyped_storage().data_ptr()
         if key in self._seen:  # a storage already offloaded (saved again, or viewed by another op)
@@ -279,7 +279,7 @@ class TorchOffloader:
         if flat is None:
             return tensor
         candidate = Candidate(f"saved:{self._index}", layer, layer_type, tuple(tensor.shape),
-                              tensor.numel() * tensor.element_size(), self._index, internals.current_keras_layer_path())
+                              tensor.numel() * tensor.element_size(), self._index, torch_internals.current_keras_layer_path())
         self._index += 1
         if not self.selection.eligible([candidate]):
             return tensor

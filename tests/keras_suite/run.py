@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -65,7 +66,15 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (-k, -n 2)")
     options = parser.parse_args()
     tests = keras_tests(Path(options.cache), options.files)
-    code, failed, tail = pytest(tests, [str(tests), *options.pytest_args], with_lms=True)
+    try:
+        return _run(tests, options.pytest_args)
+    finally:
+        shutil.rmtree(tests, ignore_errors=True)
+
+
+def _run(tests: Path, pytest_args: list[str]) -> int:
+    """Keras's tests with LMS, the failures again without it; the exit code."""
+    code, failed, tail = pytest(tests, [str(tests), *pytest_args], with_lms=True)
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     print(f"Keras's tests with LMS() in every fit ({backend}): {tail}")
     if code not in (0, 1):

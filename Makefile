@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	# KerasHub's backbones in the tests, built from a config: keras-hub declares tensorflow-text, which pins a
 	# TensorFlow of its own, so it is installed without its dependencies (the few it imports are in [test])
 	$(BIN)/python -m pip install --quiet --no-deps "keras-hub==0.32.*"
+	# KerasHub's tokenizers (a causal LM fed text) need tensorflow-text of the installed TensorFlow's minor version;
+	# where PyPI has none, the tests of text are skipped with the reason
+	-$(BIN)/python -m pip install --quiet --no-deps "tensorflow-text==$$($(BIN)/python -c \
+		'import importlib.metadata as m; print(".".join(m.version("tensorflow-cpu").split(".")[:2]))').*"
 	touch $(STAMP)
 
 install: $(STAMP)

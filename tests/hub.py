@@ -86,3 +86,55 @@ def lm_data(n: int = 32, sequence: int = 64, vocabulary: int = 512, seed: int = 
     mask = np.ones_like(ids)
     mask[:, sequence * 3 // 4:] = 0
     return {"token_ids": ids, "padding_mask": mask}, np.roll(ids, -1, axis=1), mask.astype("float32")
+
+
+def text_causal_lm(seed: int = 1, sequence: int = 32):
+    """A GPT-2-style causal LM with its preprocessor (a byte-level BPE tokenizer over the letters, no download),
+    LoRA of rank 4, compiled as ``causal_lm``: its ``fit`` takes text. Needs tensorflow-text (KerasHub tokenizes
+    through it on every backend)."""
+    keras_hub = pytest.importorskip("keras_hub", reason="keras-hub is installed by `make install` (no-deps)")
+    pytest.importorskip("tensorflow_text", reason="tensorflow-text is installed by `make install` (no-deps)")
+    import keras
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    tokens = ["<|endoftext|>", "Ġ", *letters, *("Ġ" + letter for letter in letters), "th", "Ġt", "Ġth", "Ġthe"]
+    tokenizer = keras_hub.models.GPT2Tokenizer(vocabulary={token: i for i, token in enumerate(tokens)},
+                                               merges=["t h", "Ġ t", "Ġt h", "Ġth e"])
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=len(tokens), num_layers=2, num_heads=2, hidden_dim=32,
+                                             intermediate_dim=64, max_sequence_length=sequence)
+    model = keras_hub.models.GPT2CausalLM(
+        backbone=backbone, preprocessor=keras_hub.models.GPT2CausalLMPreprocessor(tokenizer, sequence_length=sequence))
+    backbone.enable_lora(4)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()])
+    return model
+
+
+def texts(n: int = 32, seed: int = 0) -> list[str]:
+    """``n`` sentences of ten words each: a text causal LM's ``x``."""
+    rng = np.random.default_rng(seed)
+    words = "the quick brown fox jumps over the lazy dog".split()
+    return [" ".join(rng.choice(words, 10)) for _ in range(n)]
+
+
+def text_classifier(seed: int = 1, classes: int = 3):
+    """A BERT-style text classifier from a config, no preprocessor (token ids in), compiled with an accuracy."""
+    keras_hub = pytest.importorskip("keras_hub", reason="keras-hub is installed by `make install` (no-deps)")
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=VOCABULARY, num_layers=2, num_heads=2, hidden_dim=32,
+                                             intermediate_dim=64, max_sequence_length=64)
+    model = keras_hub.models.BertTextClassifier(backbone=backbone, num_classes=classes, preprocessor=None)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["sparse_categorical_accuracy"])
+    return model
+
+
+def labelled_tokens(n: int = 32, sequence: int = 64, classes: int = 3, seed: int = 0):
+    """BERT's inputs (token ids, a padding mask, segment ids) and a class label each."""
+    x, _ = tokens("bert", n=n, sequence=sequence)
+    return x, np.random.default_rng(seed).integers(0, classes, n)

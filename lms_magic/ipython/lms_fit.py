@@ -121,7 +121,8 @@ class LmsFitMagics(Magics):
         data, batch_size, _ = fit_call(fit, fit_args, fit_kwargs)
         if batch_size is not None:
             raise ValueError("%%lms_fit --batch-size max chooses the batch size: leave batch_size out of the fit call")
-        if len(data) == 1 and not hasattr(data[0], "shape"):  # a dataset, generator or PyDataset: its own batches
+        if len(data) == 1 and not hasattr(data[0], "shape") and not isinstance(data[0], (list, tuple, dict)):
+            # a dataset, generator or PyDataset: its own batches (a list or dict is arrays, or a list of text)
             raise ValueError("%%lms_fit --batch-size max needs the data as arrays, model.fit(x, y, ...): a dataset "
                              "or generator that is already batched fixes the batch size; pass its arrays, or "
                              "leave --batch-size max out")

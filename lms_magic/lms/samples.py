@@ -35,9 +35,17 @@ def take_samples(data, count: int):
         >>> x, y, weights = take_samples(({"ids": np.arange(4)}, np.arange(4), np.ones(4)), 2)
         >>> x["ids"].tolist(), weights.tolist()
         ([0, 1], [1.0, 1.0])
+        >>> take_samples(["a b", "c"], 3)[0].tolist()  # text alone, for a model with a preprocessor
+        ['a b', 'c', 'a b']
     """
     if data is None:
         raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
+    if hasattr(data, "shape") and hasattr(data, "dtype"):
+        data = (data,)  # x alone: an array or a tensor
+    elif _is_texts(data):
+        data = (data,)  # x alone as a list of strings: a KerasHub task model's text
+    if isinstance(data, tuple) and data and _is_texts(data[0]):
+        data = (__import__("numpy").asarray(data[0]),) + data[1:]
     if hasattr(data, "__next__"):
         raise ValueError("the data is a generator, which cannot be read again without taking batches from the "
                          "fit: pass arrays, a tf.data.Dataset or a keras.utils.PyDataset")
@@ -55,6 +63,50 @@ def take_samples(data, count: int):
         raise ValueError("the data holds no samples")
     index = np.arange(count) % len(leaves[0])
     return keras.tree.map_structure(lambda a: None if a is None else a[index], arrays)
+
+
+def _is_texts(data) -> bool:
+    """Whether ``data`` is a list of strings (what a KerasHub task model with a preprocessor takes as ``x``)."""
+    return isinstance(data, list) and bool(data) and all(isinstance(item, (str, bytes)) for item in data)
+
+
+def preprocessed(model, samples: tuple) -> tuple:
+    """``samples`` as ``model``'s own ``fit`` hands them to Keras's: a KerasHub task model with a preprocessor
+    turns text into token ids (and makes the labels of a causal LM) in its ``fit``; any other model takes them as
+    they are. Arrays each (numpy).
+
+    Example:
+        >>> import numpy as np
+        >>> preprocessed(object(), (np.zeros(2), np.ones(2)))[1].tolist()
+        [1.0, 1.0]
+    """
+    preprocess = getattr(model, "preprocess_samples", None)
+    if getattr(model, "preprocessor", None) is None or not callable(preprocess):
+        return samples
+    import keras
+    import numpy as np
+
+    x, y, weights = (tuple(samples) + (None, None))[:3]
+    try:
+        import tensorflow as tf
+    except ImportError:  # a preprocessor of numbers, on a backend without TensorFlow: called as it is
+        made = preprocess(x, y, weights)
+    else:  # as KerasHub's fit runs it: mapped over a tf.data batch (text only goes through TensorFlow's ops)
+        batch = tf.data.Dataset.from_tensor_slices(keras.utils.pack_x_y_sample_weight(x, y, weights))
+        made = next(iter(batch.batch(len(keras.tree.flatten(x)[0])).map(_unpacked(preprocess))))
+    made = keras.tree.map_structure(lambda leaf: None if leaf is None else np.asarray(leaf),
+                                    tuple(keras.utils.unpack_x_y_sample_weight(made)))
+    while made and made[-1] is None:
+        made = made[:-1]
+    return made
+
+
+def _unpacked(preprocess):
+    """``preprocess(x, y, sample_weight)`` over a dataset element, which is ``x`` alone or a tuple of them."""
+    import keras
+
+    return lambda *element: preprocess(*keras.utils.unpack_x_y_sample_weight(
+        element[0] if len(element) == 1 else element))
 
 
 def _from_batches(dataset, count: int) -> tuple:

@@ -13,7 +13,8 @@ class StepPredictors:
 
     Args:
         model: a compiled Keras model.
-        data: ``(x, y)`` arrays or a ``tf.data.Dataset`` (``samples.take_samples``).
+        data: what ``fit`` takes (``samples.take_samples``); a KerasHub task model's preprocessor runs over it as
+            its ``fit`` would (``samples.preprocessed``).
         options: the checked options (``min_bytes``, the filters, ``device``, ``host_device``).
         tuner: for the tuner, which refuses where the framework says so (``tuner_refusal``); ``explain_fit``'s
             predictions run on every framework. Defaults to True.
@@ -24,7 +25,7 @@ class StepPredictors:
 
     def __init__(self, model, data, options: LmsOptions, tuner: bool = True):
         from ..framework import check_devices, framework, refuse_unavailable
-        from ..samples import take_samples
+        from ..samples import preprocessed, take_samples
 
         self.framework = framework()
         if tuner and self.framework.tuner_refusal is not None:
@@ -33,7 +34,7 @@ class StepPredictors:
         refuse_unavailable(options, self.unavailable)
         if "device" not in self.unavailable:
             check_devices(options.device, options.host_device)
-        self.model, self.options, self.samples = model, options, take_samples(data, 2)
+        self.model, self.options, self.samples = model, options, preprocessed(model, take_samples(data, 2))
         self._made: dict[tuple, StepPredictor] = {}
         self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
         self._lean_changes: bool | None = None  # whether lean_ops changes any layer of the model (lean_changes)

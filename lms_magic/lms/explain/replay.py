@@ -100,19 +100,20 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                 results.append(ModeFit(name, None, None, None, None, magic, refused))
                 continue
             session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
-            limit = usable if magic else plain_usable
+            limit, capacity_here = (usable if magic else plain_usable), plan_capacity
             if magic and plan_budget is not None:  # what the plans' budget holds on the device
                 magic, tuned = f"{magic} --budget {plan_budget >> 20}MiB", {**tuned, "budget": plan_budget}
-                limit = _corrected(session, plan_budget, correction)
-            elif magic and carried:
+                limit, capacity_here = _corrected(session, _within(plan_budget), correction), _capacity(plan_budget)
+            elif magic and carried:  # the budget LMS is told, in whole units
                 magic, tuned = f"{magic} --budget {carried[1]}", {**tuned, "budget": carried[0]}
-            results.append(mode_fit(session, name, magic, batch_size, plan_capacity, limit, correction))
+                limit, capacity_here = _within(carried[0]), _capacity(carried[0])
+            results.append(mode_fit(session, name, magic, batch_size, capacity_here, limit, correction))
             if loop is not None and limit is not None:
-                results[-1] = loop.confirm(session, results[-1], tuned, plan_capacity, limit)
+                results[-1] = loop.confirm(session, results[-1], tuned, capacity_here, limit)
             if tuned.get("lean_ops") and not session.predictors.lean_changes():  # the step without it
                 results[-1] = replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
-                peak_bytes, step_ratio = _predicted(session, bool(magic), size, plan_capacity)
+                peak_bytes, step_ratio = _predicted(session, bool(magic), size, capacity_here)
                 peak_bytes = _corrected(session, peak_bytes, correction)
                 fits = None if limit is None else peak_bytes <= limit
                 frontier.append(FrontierPoint(size, name, peak_bytes, step_ratio, fits))
@@ -142,7 +143,7 @@ def _corrected(session, peak_bytes: int, correction: Correction | None) -> int:
 
 
 def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: int | None,
-              usable: int | None, correction: Correction | None = None) -> ModeFit:
+             usable: int | None, correction: Correction | None = None) -> ModeFit:
     with_lms = bool(magic)
 
     def peak_at(batch: int) -> int:
@@ -166,6 +167,23 @@ def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: in
 
     largest = largest_fitting(fits, guess)
     return ModeFit(name, peak_bytes, peak_bytes <= usable, largest, ratio, magic)
+
+
+# LMS plans again on its own trace of the fit (on TensorFlow at the batch the data gives, sized by shape inference),
+# whose figure can exceed the predictor's at the same batch by a fraction of a percent (its inputs, a class-weight
+# lookup): where LMS is told a budget, the predictions plan for this share less, so LMS's own plan meets the budget
+LMS_MARGIN = 0.01
+
+
+def _within(budget_bytes: int) -> int:
+    """What the predictions hold a way with LMS to where LMS is told ``budget_bytes``: ``LMS_MARGIN`` less."""
+    return int(budget_bytes * (1 - LMS_MARGIN))
+
+
+def _capacity(budget_bytes: int) -> int:
+    """The capacity whose usable share (``CAPACITY_HEADROOM`` left) is :func:`_within` ``budget_bytes``: what the
+    predictions plan for."""
+    return int(_within(budget_bytes) / (1 - CAPACITY_HEADROOM))
 
 
 def _plan_budget(session, usable: int | None, correction: Correction | None) -> int | None:

@@ -44,8 +44,10 @@ def ordered_step(graph, start: int, step: TracedStep, layer_of, lb: int, host_de
         return None
     added = insert_order(graph, ordered)
     ops = graph.get_operations()[start:]
-    traced = TracedStep(ops, step.batch_size, host_device, step.input_bytes, ordered)
-    candidates, _ = find_candidates(ops, layer_of, lb, step.batch_size, order=(rank_of(traced), ordered))
+    known = step.known_dims()  # the ordered step's tensors are the step's, its joins added
+    traced = TracedStep(ops, step.batch_size, host_device, step.input_bytes, ordered, known_dims=known)
+    candidates, _ = find_candidates(ops, layer_of, lb, step.batch_size, order=(rank_of(traced), ordered),
+                                    known_dims=known)
     return OrderedStep(ops, traced, candidates, ordered, added)
 
 

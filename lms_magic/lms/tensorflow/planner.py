@@ -83,14 +83,25 @@ class TracePlanner:
         self.ordered: dict[int | None, bool] = {}  # batch size -> its backward order kept (its retraces: so too)
         self.cost = None  # the step's StepCost, set after the first step (never while a trace runs)
         self._found: tuple | None = None  # the last ops and batch find_candidates was asked, and its answer
+        self._known: tuple | None = None  # the last ops and batch known_dims was asked, and its answer
 
     def candidates(self, ops, batch: int | None) -> tuple[list, list[str]]:
         """``find_candidates``' candidates and notes of the traced ``ops`` at ``batch`` (the last asked kept: the
-        backend asks them of the first trace to recall a plan, then plans on them)."""
+        backend asks them of the first trace to recall a plan, then plans on them), sized as the step is."""
         key = (ops[0].graph, ops[0].name, len(ops), batch) if ops else None
         if self._found is None or self._found[0] != key:
-            self._found = (key, _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch))
+            found = _rewrite_ops.find_candidates(ops, self._layer_of, self.lb, batch,
+                                                 known_dims=self.known_dims(ops, batch))
+            self._found = (key, found)
         return self._found[1]
+
+    def known_dims(self, ops, batch: int | None) -> dict:
+        """``TracedStep.known_dims`` of the traced ``ops`` at ``batch`` (the last asked kept): a trace at an
+        unknown batch sized by TensorFlow's shape inference."""
+        key = (ops[0].graph, ops[0].name, len(ops), batch) if ops else None
+        if self._known is None or self._known[0] != key:
+            self._known = (key, TracedStep(ops, batch, self._elsewhere).known_dims() if ops else {})
+        return self._known[1]
 
     def batch_size(self, data) -> int | None:
         """The batch the plan is sized for: the traced one, else the user's hint, else the fit's (which the
@@ -156,7 +167,7 @@ class TracePlanner:
         candidates, notes = self.candidates(ops, batch)
         notes = list(notes)
         input_bytes = [static_bytes(t, batch) or 0 for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]
-        step = plain = TracedStep(ops, batch, self._elsewhere, input_bytes)
+        step = plain = TracedStep(ops, batch, self._elsewhere, input_bytes, known_dims=self.known_dims(ops, batch))
         if graph is not None and batch is not None and self.order_backward:
             step, candidates = self._order_backward(graph, ops, step, candidates)
         if self.recompute == "only":

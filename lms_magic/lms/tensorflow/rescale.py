@@ -273,6 +273,55 @@ def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
     return dims
 
 
+def dims_inferred(graph, batch: int) -> dict[str, list[int]]:
+    """The dimensions TensorFlow's shape inference finds for the tensors of ``graph``, a train step traced at an
+    unknown batch, once its input batches are ``batch`` samples: a dimension a layer computes from its input's
+    shape (a sequence's length read with ``ops.shape``, as KerasHub's attention masks do) is unknown at the trace
+    and known here. Only the tensors this makes fully known, by name; empty where the import fails.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> spec = tf.TensorSpec([None, 5], tf.float32)
+        >>> def step(x):
+        ...     return tf.zeros(tf.stack([tf.shape(x)[0], tf.shape(x)[1], 7]))
+        >>> graph = tf.function(step).get_concrete_function(spec).graph
+        >>> [dims for name, dims in dims_inferred(graph, 8).items() if name.startswith("zeros")]
+        [[8, 5, 7]]
+    """
+    import tensorflow as tf
+
+    before = {name: dims for name, dims in traced_dims(graph).items() if None in dims}
+    if not before:
+        return {}
+    graph_def = graph.as_graph_def()
+    for node in graph_def.node:
+        if node.op in ("IteratorGetNext", "OptionalGetValue"):
+            shapes = node.attr["output_shapes"].list.shape
+        elif node.op == "Placeholder" and node.attr["dtype"].type != tf.resource.as_datatype_enum:
+            shapes = [node.attr["shape"].shape]
+        else:
+            continue
+        for shape in shapes:
+            if shape.dim and shape.dim[0].size == -1:
+                shape.dim[0].size = batch
+    _variables_as_handles(graph, graph_def)
+    imported = tf.Graph()
+    try:
+        with imported.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="imported")
+    except (ValueError, TypeError, tf.errors.OpError):
+        return {}
+    found = {}
+    for name, dims in before.items():
+        try:
+            shape = imported.get_tensor_by_name("imported/" + name).shape
+        except (KeyError, ValueError):
+            continue
+        if shape.rank == len(dims) and shape.is_fully_defined():
+            found[name] = shape.as_list()
+    return found
+
+
 def dims_scaled(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
     """What :func:`dims_at` gives where its check holds, without the import: each dimension :func:`scaled`. For a
     step whose every op but those of a gradient written to follow the batch (``lean.lean_batch_norm``'s) is in a

@@ -105,8 +105,8 @@ def _trigger(first_consumer, flow: set, position: dict, lb: int):
     return found, hops
 
 
-def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
-                    order=None) -> tuple[list[TensorCandidate], list[str]]:
+def find_candidates(ops, layer_of, lb: int, batch_size: int | None, order=None,
+                    known_dims: dict | None = None) -> tuple[list[TensorCandidate], list[str]]:
     """The swappable forward tensors of a traced train step, in forward order.
 
     Args:
@@ -118,6 +118,8 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
             in the ordered step's execution order, core.order.Ordered). The first consumer and the
             trigger are then the ordered step's, and a swap-in waits for the join before its first
             consumer's group where that comes later. Defaults to None (creation order).
+        known_dims: the dimensions shape inference found for tensors traced with unknown ones (a trace at an
+            unknown batch: ``TracedStep.known_dims``), used before ``batch_size`` fills them.
 
     Returns:
         The candidates and notes for the user (recurrent layers left alone,
@@ -151,11 +153,12 @@ def find_candidates(ops, layer_of, lb: int, batch_size: int | None,
                 join = joins.get(order[1].before.get(first.name, "")) if order is not None else None
                 if join is not None and (trigger is None or position[join] > position[trigger]):
                     trigger = join
-                nbytes = static_bytes(tensor, batch_size)
+                known = (known_dims or {}).get(tensor.name)
+                nbytes = static_bytes(tensor, batch_size) if known is None else bytes_of(known, tensor.dtype.size)
                 if trigger is None or nbytes is None:
                     continue  # no backward op to wait for: swapping would bring it straight back
                 layer, layer_type = layer_of(op.name)
-                shape = tuple(sized_dims(tensor, batch_size))
+                shape = tuple(sized_dims(tensor, batch_size) if known is None else known)
                 candidate = Candidate(tensor.name, layer, layer_type, shape, nbytes, index)
                 candidates.append(TensorCandidate(candidate, tensor, consumers,
                                                   [c for c in readers if c.type in SHAPE_OPS], trigger, hops))

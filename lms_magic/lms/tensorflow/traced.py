@@ -18,7 +18,7 @@ from ..core.peak import LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay_with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
                     is_recompute_op, kind_of_op, op_name_in_step, phase_of)
-from .rescale import bytes_of, dims_sized, sized_dims, static_bytes
+from .rescale import bytes_of, dims_inferred, dims_sized, sized_dims, static_bytes
 from .rewrite import TensorCandidate
 
 __all__ = ["TracedStep", "device_suffix", "recomputes_just_in_time"]
@@ -78,9 +78,10 @@ def _joins_when_ready(nodes: list[Node]) -> list[Node]:
 class TracedStep:
     """The ops of one traced train step, with sizes and program order."""
 
-    def __init__(self, ops, batch_size: int | None, host_device, input_bytes=(), ordered=None):
+    def __init__(self, ops, batch_size: int | None, host_device, input_bytes=(), ordered=None, known_dims=None):
         """``host_device``: where swapped tensors wait; or a tuple of it and the devices whose ops are not
-        this device's (the other replicas' under a distribution strategy): their buffers are not counted."""
+        this device's (the other replicas' under a distribution strategy): their buffers are not counted.
+        ``known_dims``: :meth:`known_dims` where the caller has them already (the same ops' trace)."""
         self.ops = list(ops)
         self.ordered = ordered  # the backward order (core.order.Ordered) inserted in these ops, or None
         self.batch_size = batch_size
@@ -97,6 +98,7 @@ class TracedStep:
         self._swap_names: dict = {}  # the replay's swaps' names by tensor (_planned), shared with ``at``'s steps
         self._sized_from: TracedStep | None = None  # the traced step this one is sized from (``at``)
         self._outputs: list | None = None  # each op's outputs as read from TensorFlow (_output_table)
+        self._inferred: dict | None = known_dims  # shape inference's dimensions at an unknown-batch trace
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
         """The same ops sized at another ``batch_size`` (a :class:`~.rescale.Rescaled`): the ops' names, order and
@@ -129,11 +131,25 @@ class TracedStep:
                                     for t in op.outputs)) for op in self.ops]
         return self._outputs
 
+    def known_dims(self) -> dict[str, list[int]]:
+        """Where this step was traced with an unknown batch and is sized at an int one: the dimensions TensorFlow's
+        shape inference finds at that batch for the tensors traced with unknown ones (``rescale.dims_inferred``:
+        a sequence length read from the input's shape is not the batch). Else empty (an unknown dimension is the
+        batch)."""
+        if self._inferred is None:
+            unknown = any(dims is not None and None in dims
+                          for _, outputs in self._output_table() for _, dims, _ in outputs)
+            sized_here = self._sized_from is None and isinstance(self.batch_size, int) and self.ops
+            self._inferred = dims_inferred(self.ops[0].graph, self.batch_size) if unknown and sized_here else {}
+        return self._inferred
+
     def _output_bytes(self) -> list[tuple[int, ...]]:
         """Each op's outputs' bytes at this step's batch size (0 where unknown or where they hold no buffer),
         from the traced step's outputs as read once."""
+        known = self.known_dims()
         return [(0,) * len(outputs) if free else
-                tuple(0 if dims is None else bytes_of(dims_sized(name, dims, self.batch_size), itemsize) or 0
+                tuple(0 if dims is None else
+                      bytes_of(known.get(name) or dims_sized(name, dims, self.batch_size), itemsize) or 0
                       for name, dims, itemsize in outputs)
                 for free, outputs in (self._sized_from or self)._output_table()]
 
@@ -193,7 +209,8 @@ class TracedStep:
         if op is None or index >= len(op.outputs):
             return LiveTensor(name, _layer_path(layer_of, name), None, 0, kind_of_op(name, optimizer_scope, swapped))
         tensor = op.outputs[index]
-        shape = None if tensor.shape.rank is None else tuple(sized_dims(tensor, self.batch_size))
+        shape = None if tensor.shape.rank is None else \
+            tuple(self.known_dims().get(tensor.name) or sized_dims(tensor, self.batch_size))
         return LiveTensor(tensor.name, _layer_path(layer_of, op.name), shape, 0,
                           kind_of_op(op.name, optimizer_scope, swapped, is_input=op.type in INPUT_OPS))
 
@@ -216,7 +233,9 @@ class TracedStep:
             return None
         if index >= len(op.outputs):
             return 0  # an output that a fusion added (a bias gradient): small
-        return static_bytes(op.outputs[index], self.batch_size)
+        tensor = op.outputs[index]
+        known = self.known_dims().get(tensor.name)
+        return static_bytes(tensor, self.batch_size) if known is None else bytes_of(known, tensor.dtype.size)
 
     def priority_of(self, partition_name: str) -> float | None:
         op = self._lookup(partition_name)

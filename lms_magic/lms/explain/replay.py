@@ -159,6 +159,10 @@ def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: in
     persistent = session.predictor.persistent_bytes
     per_sample = max(1.0, (peak_bytes - persistent) / batch_size)
     guess = max(1, int((usable - persistent) / per_sample))
+    if guess != batch_size:  # a line through the figure there and here: the fixed part the first guess leaves out
+        slope = (peak_at(guess) - peak_bytes) / (guess - batch_size)
+        if slope > 0:
+            guess = max(1, int(batch_size + (usable - peak_bytes) / slope))
 
     def fits(batch: int) -> bool:
         if with_lms and _corrected(session, session.predictor.predict(-1, 1, batch).peak_bytes, correction) <= usable:

@@ -137,10 +137,9 @@ class TracedStep:
         a sequence length read from the input's shape is not the batch). Else empty (an unknown dimension is the
         batch)."""
         if self._inferred is None:
-            unknown = any(dims is not None and None in dims
-                          for _, outputs in self._output_table() for _, dims, _ in outputs)
             sized_here = self._sized_from is None and isinstance(self.batch_size, int) and self.ops
-            self._inferred = dims_inferred(self.ops[0].graph, self.batch_size) if unknown and sized_here else {}
+            self._inferred = dims_inferred(self.ops[0].graph, self.batch_size) \
+                if sized_here and _batch_unknown(self.ops[0].graph) else {}
         return self._inferred
 
     def _output_bytes(self) -> list[tuple[int, ...]]:
@@ -246,6 +245,17 @@ class TracedStep:
                 self._join_priority = {node.name: node.priority for node in self.nodes() if is_join(node.name)}
             return float(self._join_priority[op.name])
         return float(self._position[op.name])
+
+
+def _batch_unknown(graph) -> bool:
+    """Whether ``graph`` takes its batch with an unknown batch dimension (its iterator's next element, or an
+    argument that is not a handle)."""
+    for op in graph.get_operations():
+        if op.type in INPUT_OPS or op.type == "Placeholder":
+            for tensor in op.outputs:
+                if tensor.dtype != tf.resource and tensor.shape.rank and tensor.shape[0] is None:
+                    return True
+    return False
 
 
 def _layer_path(layer_of, op_name: str) -> str:

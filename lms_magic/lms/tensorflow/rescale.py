@@ -250,20 +250,12 @@ def dims_at(graph, traced: int, batch: int) -> dict[str, list[int]] | None:
     """Each tensor's dimensions (by name) of ``graph``, a train step traced at the prime ``traced``, at
     ``batch``: from TensorFlow's shape inference on its GraphDef with the batch scaled; None where they cannot
     be had that way (the import fails, a shape is unknown, or a dimension is not :func:`scaled`'s)."""
-    import tensorflow as tf
-
     before = traced_dims(graph)
     graph_def = graph.as_graph_def()
     _scale_batch(graph_def, traced, batch)
-    _variables_as_handles(graph, graph_def)
-    imported = tf.Graph()
-    try:
-        with imported.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="imported")
-    except (ValueError, TypeError, tf.errors.OpError):
+    after = _inferred_shapes(graph, graph_def)
+    if after is None:
         return None  # a constant scaled that was not the batch: shapes that cannot meet
-    after = {tensor.name[len("imported/"):]: tensor.shape for op in imported.get_operations()
-             if op.name.startswith("imported/") for tensor in op.outputs}
     dims = {}
     for name, first in before.items():
         shape = after.get(name)
@@ -304,22 +296,25 @@ def dims_inferred(graph, batch: int) -> dict[str, list[int]]:
         for shape in shapes:
             if shape.dim and shape.dim[0].size == -1:
                 shape.dim[0].size = batch
+    after = _inferred_shapes(graph, graph_def) or {}
+    return {name: after[name].as_list() for name, dims in before.items()
+            if name in after and after[name].rank == len(dims) and after[name].is_fully_defined()}
+
+
+def _inferred_shapes(graph, graph_def) -> dict | None:
+    """Each tensor's shape (by name) as TensorFlow's shape inference finds it on importing ``graph_def`` (``graph``
+    changed: its variables read as handles of their own shapes); None where the import fails."""
+    import tensorflow as tf
+
     _variables_as_handles(graph, graph_def)
     imported = tf.Graph()
     try:
         with imported.as_default():
             tf.graph_util.import_graph_def(graph_def, name="imported")
     except (ValueError, TypeError, tf.errors.OpError):
-        return {}
-    found = {}
-    for name, dims in before.items():
-        try:
-            shape = imported.get_tensor_by_name("imported/" + name).shape
-        except (KeyError, ValueError):
-            continue
-        if shape.rank == len(dims) and shape.is_fully_defined():
-            found[name] = shape.as_list()
-    return found
+        return None
+    return {tensor.name[len("imported/"):]: tensor.shape for op in imported.get_operations()
+            if op.name.startswith("imported/") for tensor in op.outputs}
 
 
 def dims_scaled(graph, traced: int, batch: int) -> dict[str, list[int]] | None:

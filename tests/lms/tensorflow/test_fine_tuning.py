@@ -16,6 +16,18 @@ def device_96mib(accelerator_memory):
     accelerator_memory("96MiB")
 
 
+def trained_at_max(shell, capsys, cell: str):
+    """Runs ``cell`` under ``%%lms_fit --batch-size max``; checks it trained at the batch it said it chose (more
+    than 8), and gives the dashboard's result."""
+    shell.run_cell_magic("lms_fit", "--batch-size max -o", cell)
+    said = capsys.readouterr().out
+    chosen = int(re.search(r"--batch-size max: batch (\d+)", said).group(1))
+    result = shell.user_ns["_"]  # the dashboard showed it; `_` holds it
+    trained = result.variants[-1]
+    assert trained.status == "ok" and trained.batch_size == chosen > 8, said
+    return result
+
+
 def test_explain_fit_measures_a_weighted_step_and_names_each_layer_by_its_path(device_96mib):
     import keras
     import lms_magic
@@ -59,14 +71,8 @@ def test_batch_size_max_trains_a_kerashub_task_model_on_its_arrays(shell, device
     """largest_batch on the user's (x, y, sample_weight), which KerasHub's own fit batches: the batch chosen, then
     trained at."""
     shell.user_ns.update(causal_lm=causal_lm, data=lm_data())
-    shell.run_cell_magic("lms_fit", "--batch-size max -o", (
-        "model = causal_lm()\n"
-        "x, y, weights = data\n"
-        "model.fit(x, y, sample_weight=weights, verbose=0)\n"))
-    said = capsys.readouterr().out
-    chosen = int(re.search(r"--batch-size max: batch (\d+)", said).group(1))
-    trained = shell.user_ns["_"].variants[-1]  # the dashboard showed it; `_` holds it
-    assert trained.status == "ok" and trained.batch_size == chosen > 8, said
+    trained_at_max(shell, capsys, "model = causal_lm()\nx, y, weights = data\n"
+                                  "model.fit(x, y, sample_weight=weights, verbose=0)\n")
 
 
 def test_gpumem_explain_accounts_for_a_kerashub_fit_without_training(shell, device_96mib):
@@ -176,14 +182,7 @@ def test_class_weight_and_validation_data_through_batch_size_max_and_the_dashboa
     chose (LMS's own plan there meets the budget it carries), and the dashboard shows the validation metrics."""
     accelerator_memory("24MiB")  # a small device: small batches to confirm and train
     shell.user_ns.update(text_classifier=text_classifier, data=labelled_tokens())
-    shell.run_cell_magic("lms_fit", "--batch-size max -o", (
-        "model = text_classifier()\n"
-        "x, y = data\n"
-        "model.fit(x, y, class_weight={0: 1.0, 1: 2.0, 2: 0.5}, validation_data=(x, y), verbose=0)\n"))
-    said = capsys.readouterr().out
-    chosen = int(re.search(r"--batch-size max: batch (\d+)", said).group(1))
-    result = shell.user_ns["_"]  # the dashboard showed it; `_` holds it
-    trained = result.variants[-1]
-    assert trained.status == "ok" and trained.batch_size == chosen > 8, said
+    result = trained_at_max(shell, capsys, "model = text_classifier()\nx, y = data\nmodel.fit(x, y, class_weight="
+                                           "{0: 1.0, 1: 2.0, 2: 0.5}, validation_data=(x, y), verbose=0)\n")
     rows = {row[0]: row[1:] for row in result.table()}
     assert "-" not in rows["final val_sparse_categorical_accuracy"][:1] + rows["final val_loss"][:1], rows

@@ -40,17 +40,16 @@ def take_samples(data, count: int):
     """
     if data is None:
         raise ValueError("no data: pass the training data, e.g. --data (x_train, y_train)")
-    if hasattr(data, "shape") and hasattr(data, "dtype"):
-        data = (data,)  # x alone: an array or a tensor
-    elif _is_texts(data):
-        data = (data,)  # x alone as a list of strings: a KerasHub task model's text
-    if isinstance(data, tuple) and data and _is_texts(data[0]):
-        data = (__import__("numpy").asarray(data[0]),) + data[1:]
     if hasattr(data, "__next__"):
         raise ValueError("the data is a generator, which cannot be read again without taking batches from the "
                          "fit: pass arrays, a tf.data.Dataset or a keras.utils.PyDataset")
     import keras
     import numpy as np
+
+    if hasattr(data, "shape") and hasattr(data, "dtype") or _is_texts(data):
+        data = (data,)  # x alone: an array, a tensor, or a list of strings (a KerasHub task model's text)
+    if isinstance(data, tuple) and data and _is_texts(data[0]):
+        data = (np.asarray(data[0]),) + data[1:]
 
     if _is_arrays(data):
         arrays = keras.tree.map_structure(lambda leaf: None if leaf is None else np.asarray(leaf), tuple(data))

@@ -17,7 +17,7 @@ from ..core.prediction import StepPredictor
 from ..core.simulate import collector_paused
 from ..options import whole_number
 from .results import Correction, FitExplanation, FrontierPoint, ModeFit
-from .search import largest_fitting
+from .search import MAX_BATCH, largest_fitting
 
 # name, the tuner's options, and the %%lms_fit line that trains that way
 MODES = (("without LMS", {}, ""), ("LMS", {}, "%%lms_fit"),
@@ -158,11 +158,11 @@ def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: in
     # the peak grows about linearly with the batch: the guess from the batch asked for, past the weights
     persistent = session.predictor.persistent_bytes
     per_sample = max(1.0, (peak_bytes - persistent) / batch_size)
-    guess = max(1, int((usable - persistent) / per_sample))
+    guess = min(max(1, int((usable - persistent) / per_sample)), MAX_BATCH)
     if guess != batch_size:  # a line through the figure there and here: the fixed part the first guess leaves out
         slope = (peak_at(guess) - peak_bytes) / (guess - batch_size)
         if slope > 0:
-            guess = max(1, int(batch_size + (usable - peak_bytes) / slope))
+            guess = min(max(1, int(batch_size + (usable - peak_bytes) / slope)), MAX_BATCH)
 
     def fits(batch: int) -> bool:
         if with_lms and _corrected(session, session.predictor.predict(-1, 1, batch).peak_bytes, correction) <= usable:

@@ -67,7 +67,7 @@ def _split_tensorflow_cpu() -> None:
     liveness replay models). TensorFlow fixes its devices when its runtime starts, so this runs once,
     after collection and before any test. Under pytest-xdist each worker takes its share of the cores for an
     op's threads: every worker's TensorFlow taking them all made small ops wait on each other's threads (a
-    tuning test of fifteen short fits took 11 s alone and 65-128 s beside another worker)."""
+    tuning test's short fits ran several times slower beside another worker)."""
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -91,6 +91,15 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" and \
             any("devices" in getattr(item, "fixturenames", ()) for item in items):
         _split_tensorflow_cpu()
+
+
+def pytest_collection_finish(session):
+    """What collection imported (the frameworks and the test modules: over half a million objects) lives to the
+    end of the run: frozen out of Python's cyclic collector, whose every full collection would walk it again."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

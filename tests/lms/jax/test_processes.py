@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import computed_once
+
 ROOT = Path(__file__).resolve().parents[3]  # where the fresh processes import tests.* from
 
 WORKER = textwrap.dedent("""
@@ -76,8 +78,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def processes():
-    """The two processes' findings, process 0's first."""
+def processes(tmp_path_factory):
+    """The two processes' findings, process 0's first (run once for all of pytest-xdist's workers)."""
+    return computed_once(tmp_path_factory, "jax_process_fits", run_processes)
+
+
+def run_processes() -> list[dict]:
     port = free_port()
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
     running = [subprocess.Popen([sys.executable, "-c", WORKER, str(index), str(port)], stdout=subprocess.PIPE,

@@ -35,12 +35,10 @@ def collector_paused() -> Iterator[None]:
 
     A replay makes and drops some 100,000 small acyclic objects; with the
     collector on, those alive at a collection are promoted, and every dozen
-    replays a full collection walks the whole process: 176 ms beside a 50 ms
-    replay of ResNet-50 once TensorFlow and Keras hold 380,000 objects
-    (measured: the slider's p95). Off, they are freed by reference counting
-    and never promoted. The same holds for ordering a graph: after 20 faulty
-    fits in one process, ordering a small CNN's executed graph took 0.43 s a
-    call with the collector on (a notebook's LMS fit went from 1.9 s to 8.8 s).
+    replays a full collection walks the whole process, which costs more than
+    the replay itself once TensorFlow and Keras hold some 100,000s of objects.
+    Off, they are freed by reference counting and never promoted. The same
+    holds for ordering a graph in a process that has run many fits.
     """
     was_enabled = gc.isenabled()
     gc.disable()

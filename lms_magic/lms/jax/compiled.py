@@ -24,8 +24,8 @@ def compiled_bytes(inner, args) -> int | None:
     """
     import jax
 
-    # inner's own value and gradient, not the replay's function under its jax.checkpoint (what this compiled
-    # before the H200 showed it: 2.3x what the step needed there)
+    # inner's own value and gradient, not the replay's function under its jax.checkpoint: XLA sizes that one
+    # for a step the replay does not run (on an H200, over twice what the step needed)
     function = jax.value_and_grad(inner, has_aux=True)
     try:
         analysis = jax.jit(function).lower(*shape_specs(args)).compile().memory_analysis()

@@ -141,8 +141,8 @@ def test_the_hybrid_plan_on_whole_applications_models_is_never_above_swaps_alone
     assert hybrid.stats.recomputed_tensors > 0
     assert hybrid.stats.recomputed_tensors + hybrid.stats.swapped_tensors == swaps.stats.swapped_tensors
     assert hybrid.stats.swapped_bytes_per_step < swaps.stats.swapped_bytes_per_step
-    # the check holds the hybrid within PEAK_TOLERANCE of the fit's own swap-only step; against this separate
-    # swap-only fit's figures, DenseNet121 came out 0.14% above (85384452 against 85261956 bytes, 2026-11-24)
+    # the check holds the hybrid within PEAK_TOLERANCE of the fit's own swap-only step; this separate swap-only
+    # fit's figures can differ from that step's by a little more (DenseNet121), hence twice the tolerance
     assert hybrid.stats.device_peak_bytes <= swaps.stats.device_peak_bytes * (1 + 2 * PEAK_TOLERANCE)
     tolerance = HYBRID_NOT_BIT_IDENTICAL.get(name)
     if tolerance is None:

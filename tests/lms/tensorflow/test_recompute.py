@@ -41,7 +41,7 @@ def check_densenet(case: Case, drop: float, of_what: str) -> None:
 def test_densenet_recomputes_bit_identically_and_its_step_memory_drops_a_fifth(devices):
     """keras.applications' DenseNet (where keras.RematScope fails on TensorFlow, keras-team/keras#21207), its
     dense blocks two deep, 32x32, batch 4: there the weights and momentum are half the peak, so the drop is
-    asserted on the rest (predicted 3.39 -> 2.63 MiB on this machine, 2026-11-23)."""
+    asserted on the rest."""
     check_densenet(Case(reduced("densenet"), "sgd"), 0.20, "activations")
 
 

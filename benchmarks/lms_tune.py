@@ -27,7 +27,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import Figure, report  # noqa: E402
-from lms_magic.lms.core.search import Setting, grid_search  # noqa: E402
+from lms_magic.lms.core.autotune import Setting, grid_search  # noqa: E402
 from lms_magic.tuning.session import TuningSession  # noqa: E402
 from lms_magic.ui.tuner import Tuner  # noqa: E402
 

@@ -17,7 +17,7 @@ from ..lms.core.plan import DEFAULT_MIN_BYTES, BudgetError
 from ..lms.framework import refuse_unavailable
 from ..lms.options import LmsOptions, OptionError, whole_number
 from ..units import parse_bytes
-from ..lms.core.search import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
+from ..lms.core.autotune import PatternSearch, SearchResult, Setting, Trial, default_n_values, drive
 from ..units import format_size
 
 DEFAULT_LB_VALUES = (1, 2, 3, 4)

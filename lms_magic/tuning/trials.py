@@ -12,7 +12,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from ..lms.core.search import Setting, Trial
+from ..lms.core.autotune import Setting, Trial
 from ..lms.options import compiled_model, whole_number
 from ..lms.samples import fit_arguments, take_samples
 from ..fit.runs import FairStart

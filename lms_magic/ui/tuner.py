@@ -13,7 +13,7 @@ import html
 import math
 import time
 
-from ..lms.core.search import PatternSearch, Setting, Trial
+from ..lms.core.autotune import PatternSearch, Setting, Trial
 from .report_html import html_table
 from .plots import figure_bundle
 from ..units import MIB

@@ -5,7 +5,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from lms_magic.lms.core.search import Setting, grid_search
+from lms_magic.lms.core.autotune import Setting, grid_search
 from lms_magic.tuning.session import TuningSession, autotune
 from tests.conftest import DEVICES, state_of
 from tests.models import reference_cnn_small

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from lms_magic.lms.core.search import Setting
+from lms_magic.lms.core.autotune import Setting
 from lms_magic.ui.tuner import Tuner
 from tests.conftest import DEVICES, state_of
 from tests.tuning.test_session import assert_same_state

@@ -16,7 +16,7 @@ from typing import Callable
 import tensorflow as tf
 
 from ...units import format_size
-from ..core.measured import budget_after_measuring
+from ..core.replan import budget_after_measuring
 from ..core.plan import PEAK_TOLERANCE, PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
 from ..core.stats import LmsStats
 from ..options import LmsOptions
@@ -128,7 +128,7 @@ class TracePlanner:
     def measured(self, step_bytes: int, plan: Plan | None) -> str | None:
         """The plan that ran (``plan``) against the allocator's ``step_bytes`` in its first step, in the stats:
         where the device held more than the plan was allowed and the plan is searched (and not made again
-        already), the budget the device holds from now on (``core.measured``), and the note of the re-plan;
+        already), the budget the device holds from now on (``core.replan``), and the note of the re-plan;
         else None."""
         stats = self.stats
         persistent = self._persistent_bytes()

@@ -32,7 +32,7 @@ from ..persistent import persistent_bytes
 from ..samples import batch_shapes
 from ..options import LmsOptions
 from .offload import OffloadEvent, TorchOffloader
-from .predict import RecomputeChoice, SavedTensorStep, choose_recomputes
+from .traced import RecomputeChoice, SavedTensorStep, choose_recomputes
 from .recompute import InputRecorder, recomputable_layers, recomputed
 
 

@@ -3,7 +3,7 @@
 PyTorch has no graph to trace, so the step is run: forward, loss and backward, no optimizer update, at two
 small batch sizes (``PROBE_BATCHES``), with the offloader's saved-tensor hooks watching (nothing is copied).
 What autograd saved, in forward order, and the backward pass's reads of it make a
-:class:`~lms_magic.lms.torch.predict.SavedTensorStep`; each saved activation's size and shape at any other
+:class:`~lms_magic.lms.torch.traced.SavedTensorStep`; each saved activation's size and shape at any other
 batch are read off the two runs (linear in the batch), as LMS's offload plan sees them. The model's weights,
 normalisation statistics and seed states are put back after each run.
 
@@ -32,7 +32,7 @@ from ..persistent import persistent_tensors
 from ..samples import tile_batch
 from .meter import StorageMeter
 from .offload import TorchOffloader
-from .predict import SavedTensorStep
+from .traced import SavedTensorStep
 
 PROBE_BATCHES = (2, 3)  # the batch sizes the step runs at; every other is read off them
 PROBES = TwoBatches(*PROBE_BATCHES)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lms_magic import LMS
-from lms_magic.lms.core.search import Setting
+from lms_magic.lms.core.autotune import Setting
 from lms_magic.lms.options import OptionError
 from lms_magic.tuning.session import TuningSession
 

@@ -90,7 +90,7 @@ def test_gpumem_explain_accounts_for_a_kerashub_fit_without_training(shell, devi
 def test_lms_tune_measures_trials_on_the_weighted_dict_data(devices, device_96mib):
     """%lms_tune's session (its sliders' predictions and Measure's trials) on (x, y, sample_weight)."""
     import lms_magic
-    from lms_magic.lms.core.search import Setting
+    from lms_magic.lms.core.autotune import Setting
 
     session = lms_magic.TuningSession(causal_lm(), lm_data(), 8, budget="40MiB", device=devices.accelerator,
                                       host_device=devices.host, min_bytes=0)

@@ -6,7 +6,7 @@ import numpy as np
 import lms_magic
 from lms_magic import LMS
 from lms_magic.lms.core.plan import Selection
-from lms_magic.lms.torch.predict import SavedTensorStep
+from lms_magic.lms.torch.traced import SavedTensorStep
 from lms_magic.lms.torch.predictor import TorchStepPredictor
 
 from .models import cnn, images, residual_bn_dropout

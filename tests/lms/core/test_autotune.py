@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from lms_magic.lms.core.search import PatternSearch, Setting, Trial, default_n_values, grid_search, pattern_search
+from lms_magic.lms.core.autotune import PatternSearch, Setting, Trial, default_n_values, grid_search, pattern_search
 
 N_VALUES = list(range(0, 33, 2))
 LB_VALUES = [1, 2, 3, 4]

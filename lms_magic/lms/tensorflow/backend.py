@@ -1,18 +1,16 @@
 """LMS on TensorFlow: the per-fit engine behind the ``LMS`` callback.
 
-Each trace of the train step is rewritten as it is traced: candidates found, a first plan made on the
-traced graph (``planner.py``), swap ops inserted (rewrite.py). Where the plan is searched (the
-default, a budget), the first step is a probe: it swaps every eligible candidate, and its executed graphs
-(collected for that step only) are the partition graphs TensorFlow ran, after Grappler and placement, in
-which any subset of the swaps can be undone (``executed.ExecutedStep``): the plan is made on them. Where it
-differs from the probe, the train function is made again with it (one retrace) and its own executed
-graphs give the figures; where it moves nothing, LMS steps out and the model trains with its own train
-function (XLA too, if it was compiled so). Where the device's capacity is known and the traced step fits
-it, the first step swaps nothing and, if its executed graphs fit too, LMS steps out after it. The checked plan
-is remembered (``lms/memo.py``): a later fit of the same model, options and batch moves its tensors from the first
-step, with no probe, replay or retrace. Grappler runs as it would without LMS (the swap ops are of types it leaves
-in place), so the kernels that run, and the math, are those of a plain fit. On a GPU, the plan's first step is
-held to the allocator's peak (``TracePlanner.measured``).
+Each trace of the train step is rewritten as it is traced: candidates found, a first plan made on the traced graph
+(``planner.py``), swap ops inserted (``rewrite.py``). Where the plan is searched (the default, a budget), the first
+step is a probe: it swaps every eligible candidate, and the partition graphs TensorFlow executed in it (after
+Grappler and placement; ``executed.ExecutedGraphs``), in which any subset of the swaps can be undone, are planned on
+(``executed.ExecutedStep``). Where that plan differs from the probe, the train function is made again with it (one
+retrace); where it moves nothing, LMS steps out and the model trains with its own train function (XLA too). Where
+the traced step fits the device's known capacity, the first step swaps nothing and, if its executed graphs fit too,
+LMS steps out after it. The checked plan is remembered (``lms/memo.py``) for later fits of the same model, options
+and batch. Grappler runs as without LMS (the swap ops are of types it leaves in place), so the kernels that run, and
+the math, are a plain fit's. On a GPU, the plan's first step is held to the allocator's peak
+(``TracePlanner.measured``).
 """
 
 from __future__ import annotations
@@ -43,6 +41,8 @@ from . import rewrite as _rewrite_ops
 from .graph import replica_prefix
 from .planner import TracePlanner
 from .traced import TracedStep
+
+RETRACES_PER_PLAN = 2  # the retraces a plan may take (as many more after a measured step re-plans)
 
 
 class TensorFlowBackend:
@@ -79,10 +79,10 @@ class TensorFlowBackend:
         self.candidates: list = []  # the first trace's candidates (TensorCandidate): what the plans choose from
         self._plan: Plan | None = None
         self._budget_checked = False
-        self._run_metadata: list = []
+        self._graphs = _executed.ExecutedGraphs()
         self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
         self._retraces = 0
-        self._retrace_limit = 2  # retraces a plan may take (2 more after a measured step re-plans)
+        self._retrace_limit = RETRACES_PER_PLAN
         self._persistent_tensors = None
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
         self._memo_key = None  # what this fit's plan is remembered under (memo.py)
@@ -109,8 +109,8 @@ class TensorFlowBackend:
         """The executed graphs collected while a step's plan is checked (the first step, and the step after a
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
-            if not self._run_metadata:  # TensorFlow instantiates the function in this step
-                stack.enter_context(tf_internals.collected_function_graphs(self._run_metadata))
+            if self._graphs.wanted:  # TensorFlow instantiates the function in this step
+                stack.enter_context(tf_internals.collected_function_graphs(self._graphs.collected))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
             yield
@@ -213,7 +213,7 @@ class TensorFlowBackend:
         if remembered is None or not all(name in by_tensor for name in remembered.moved):
             return False
         tf_internals.graph_collection_stopped()
-        self._run_metadata = [None]  # no executed graph is read
+        self._graphs.not_wanted()
         records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
         self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered
         remembered.taken_over(self.stats, "at this batch: nothing planned, probed or replayed again",
@@ -230,7 +230,7 @@ class TensorFlowBackend:
         action = self._check_first_step()
         if action is Action.KEEP and measured_step_bytes is not None:
             action = self._check_measured(measured_step_bytes)
-        if action is not Action.RETRACE and self._memo_key is not None and self._retraces < 2:
+        if action is not Action.RETRACE and self._memo_key is not None and self._retraces < RETRACES_PER_PLAN:
             moved = () if action is Action.STEP_OUT else self._chosen.get(self.stats.batch_size, ())
             PLANS.remember(self.model, self._own_function, self._memo_key,
                            RememberedPlan(tuple(moved), self.stats, action is Action.STEP_OUT))
@@ -243,7 +243,7 @@ class TensorFlowBackend:
         note = self.planner.measured(step_bytes, self._plan)
         if note is None:
             return Action.KEEP
-        self._retrace_limit = self._retraces + 2
+        self._retrace_limit = self._retraces + RETRACES_PER_PLAN
         return self._retrace(self._eligible_names(), probing=True, note=note)
 
     def _eligible_names(self) -> list[str]:
@@ -282,7 +282,7 @@ class TensorFlowBackend:
         records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], candidates)
         if self._retraces:
             self._record(records)
-        if not self._run_metadata and self.step is not None:  # the executed graphs to read are this trace's
+        if self._graphs.wanted and self.step is not None:  # the executed graphs to read are this trace's
             self.step = TracedStep(graph.get_operations()[start:], batch, self._elsewhere, self.step.input_bytes,
                                    attempt.ordered if attempt is not None else None)
         return True
@@ -292,10 +292,10 @@ class TensorFlowBackend:
         """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
         (once), and the predicted peaks of the plan that runs."""
         if self._retraces == 0 and self.planner.trusted_fit(self._plan, self.stats.batch_size, self._lean is not None):  # no graph was collected
-            self._run_metadata = [None]
+            self._graphs.not_wanted()
             return self._fits_with_room_kept()
-        partitions = _executed.train_partitions(self._run_metadata[0]) if self._run_metadata else []
-        self._run_metadata = [None]  # read once; the protos are released
+        metadata = self._graphs.take()
+        partitions = _executed.train_partitions(metadata) if metadata is not None else []
         if not partitions or not self.stats.active:
             return Action.KEEP
         self.stats.partition_graphs = partitions
@@ -343,8 +343,7 @@ class TensorFlowBackend:
         return action
 
     def _peaks_by_device(self, partitions) -> None:
-        """Under a distribution strategy: each replica's device replayed on its own executed graph, with LMS and
-        without (``stats.device_peaks``; the plan was made on the first's)."""
+        """Each replica's device replayed on its own executed graph, with LMS and without (``stats.device_peaks``)."""
         self.stats.device_peaks, notes = _executed.peaks_by_device(partitions, self.stats.devices, self.step,
                                                                    self._persistent(), self._layer_of,
                                                                    self._optimizer_scope())
@@ -411,7 +410,7 @@ class TensorFlowBackend:
         self.stats.notes.append(note)
         self._chosen[self.stats.batch_size] = names
         self._probing, self._retraces = probing, self._retraces + 1
-        self._run_metadata = []  # the next step's executed graphs give the figures
+        self._graphs.want()
         return Action.RETRACE
 
     def _step_out(self, why: str) -> Action:
@@ -424,9 +423,8 @@ class TensorFlowBackend:
         return Action.STEP_OUT
 
     def _fits_with_room_kept(self) -> Action:
-        """The traced step fits the device with room: no probe, no executed graphs. The LMS train function holds
-        the model's own step (nothing inserted), so it goes on, and nothing is traced again; where the model asks
-        for XLA, the model's own train function takes over from the next step, with XLA."""
+        """The traced step fits the device with room: no probe, nothing inserted, nothing traced again; where the
+        model asks for XLA, the model's own train function takes over from the next step."""
         why = _messages.fits_with_room(self._plan)
         self.stats.update(predicted_step_ratio=1.0)  # nothing moves: the model's own step
         if internals.jit_compile_requested(self.model):

@@ -16,7 +16,41 @@ from .partitions import nodes_from_partitions, swap_ins, swapped_in
 from .rewrite import TensorCandidate
 from .traced import TracedStep, device_suffix, recomputes_just_in_time
 
-__all__ = ["ExecutedStep", "executed_peaks", "peaks_by_device", "train_partitions"]
+__all__ = ["ExecutedGraphs", "ExecutedStep", "executed_peaks", "peaks_by_device", "train_partitions"]
+
+
+class ExecutedGraphs:
+    """The graphs TensorFlow executed in the step whose plan is checked: wanted (collected while the next step
+    runs, until a step gives some), collected (read once, then released), or not wanted.
+
+    Example:
+        >>> graphs = ExecutedGraphs()
+        >>> graphs.wanted, graphs.take()
+        (True, None)
+        >>> graphs.collected("metadata"); graphs.wanted, graphs.take(), graphs.take()
+        (False, 'metadata', None)
+    """
+
+    def __init__(self):
+        self.wanted = True  # the next step's graphs give the figures
+        self._metadata = None
+
+    def want(self) -> None:
+        """The next step's graphs are collected (after a retrace)."""
+        self.wanted, self._metadata = True, None
+
+    def not_wanted(self) -> None:
+        """No graph is collected or read (a plan taken over, or checked without them)."""
+        self.wanted, self._metadata = False, None
+
+    def collected(self, run_metadata) -> None:
+        """What a step's collection gave (``internals.collected_function_graphs``)."""
+        self.wanted, self._metadata = False, run_metadata
+
+    def take(self):
+        """The collected RunMetadata, once (None where none was collected); the proto is released."""
+        metadata, self._metadata = self._metadata, None
+        return metadata
 
 
 def train_partitions(run_metadata):

@@ -9,12 +9,12 @@ them breaks here (``lms_magic/versions.py`` holds the tested range).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 @contextlib.contextmanager
-def collected_function_graphs(into: list) -> Iterator[None]:
-    """Appends the RunMetadata of the functions instantiated inside the block to ``into``.
+def collected_function_graphs(collected: Callable) -> Iterator[None]:
+    """Calls ``collected`` with the RunMetadata of the functions instantiated inside the block, where there is one.
 
     Uses the eager context's graph collection, not ``enable_run_metadata``:
     once that has been enabled, disabling it does not stop TensorFlow from
@@ -34,7 +34,7 @@ def collected_function_graphs(into: list) -> Iterator[None]:
         finally:
             ctx.disable_graph_collection()
         if metadata is not None:
-            into.append(metadata)
+            collected(metadata)
 
 
 def graph_collection_stopped() -> None:

@@ -51,7 +51,17 @@ class FakeGpuSource(GpuSource):
     def __init__(self, gpus: list[FakeGpu] = (), unavailable: str | None = None):
         self.gpus = list(gpus)
         self.unavailable = unavailable
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+
+    def wait_for_queries(self, count: int, timeout_s: float = 10.0) -> None:
+        """Blocks until the GPUs' memory was queried ``count`` times in all (by a sampler thread).
+
+        Raises:
+            TimeoutError: fewer queries came within ``timeout_s``.
+        """
+        with self._lock:
+            if not self._lock.wait_for(lambda: sum(gpu.queries for gpu in self.gpus) >= count, timeout_s):
+                raise TimeoutError(f"the fake GPUs were queried fewer than {count} times in {timeout_s} s")
 
     def open(self) -> None:
         if self.unavailable:
@@ -76,6 +86,7 @@ class FakeGpuSource(GpuSource):
                 raise GpuLost("GPU is lost")
             position = min(gpu.queries, len(gpu.used_mib) - 1)
             gpu.queries += 1
+            self._lock.notify_all()
         return int(gpu.used_mib[position] * _MIB)
 
     def process_used_bytes(self, index: int, pid: int) -> int | None:

@@ -1,7 +1,5 @@
 """The plotly figures (ui/plots.py), drawn from reports made with fake GPUs and allocators: what each shows."""
 
-import time
-
 from lms_magic.fit.results import LmsFitResult, VariantResult
 from lms_magic.testing.memory import FakeCounter, FakeGpu, FakeGpuSource
 from lms_magic.memory.profile import MemoryProfiler
@@ -13,10 +11,10 @@ MIB = 2**20
 def report(gpu_used_mib=(100, 900, 300), allocator_peak_mib=512):
     """A finished MemoryReport: one fake GPU whose used memory goes through ``gpu_used_mib``, one allocator."""
     counter = FakeCounter("TensorFlow", "GPU:0", 0)
-    profiler = MemoryProfiler(interval_s=0.001, gpu_source=FakeGpuSource([FakeGpu("Fake T4", list(gpu_used_mib))]),
-                              counters=[counter]).start()
+    source = FakeGpuSource([FakeGpu("Fake T4", list(gpu_used_mib))])
+    profiler = MemoryProfiler(interval_s=0.001, gpu_source=source, counters=[counter]).start()
     counter.allocate(allocator_peak_mib * MIB)
-    time.sleep(0.02)  # a few samples
+    source.wait_for_queries(len(gpu_used_mib))  # the sampler has read every scripted value
     return profiler.stop()
 
 

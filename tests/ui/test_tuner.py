@@ -73,8 +73,11 @@ def test_stop_ends_autotune_between_trials(tuning_session):
     async def run():
         task = tuner.start_autotune()
         assert tuner.buttons["Stop"].disabled is False and tuner.buttons["Measure"].disabled is True
-        while not tuning_session.trials:
-            await asyncio.sleep(0.01)
+        async def first_trial():
+            while not tuning_session.trials:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(first_trial(), timeout=120)
         trials_seen.append(len(tuning_session.trials))
         tuner.buttons["Stop"].click()
         await task

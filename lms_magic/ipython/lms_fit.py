@@ -116,7 +116,7 @@ class LmsFitMagics(Magics):
     def _at_largest(runner, fit, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
         """``fit_kwargs`` at the largest batch (``largest_batch``), and the runner's LMS options for it."""
         from ..lms.samples import fit_call
-        from ..sizing.largest import largest_batch
+        from ..sizing.largest import NoCapacityError, largest_batch
 
         data, batch_size, _ = fit_call(fit, fit_args, fit_kwargs)
         if batch_size is not None:
@@ -127,13 +127,22 @@ class LmsFitMagics(Magics):
                              "or generator that is already batched fixes the batch size; pass its arrays, or "
                              "leave --batch-size max out")
         options = runner.lms_options
-        chosen = largest_batch(model, data, speed=speed, min_bytes=options.min_bytes, device=options.device,
-                               host_device=options.host_device)
+        try:  # the cell's --budget: what every way of training may fill, the device's capacity or not
+            chosen = largest_batch(model, data, speed=speed, budget=options.budget_bytes, min_bytes=options.min_bytes,
+                                   device=options.device, host_device=options.host_device)
+        except NoCapacityError:
+            raise ValueError("%%lms_fit --batch-size max: no device capacity known (no GPU, no "
+                             "simulate_accelerator(memory=...)): put --budget 12GiB (what the batch may fill) on the "
+                             "cell's first line") from None
         announce(f"lms_magic: --batch-size max: {chosen}")
         if chosen.options is None:
             runner.lms_options = runner.lms_options.replace(n_tensors=0)
         elif "budget" in chosen.options:
             runner.lms_options = runner.lms_options.replace(budget_bytes=chosen.options["budget"])
+        samples = _sample_count(data[0])
+        if samples is not None and chosen.batch_size > samples:
+            announce(f"lms_magic: --batch-size max: the data holds {samples} samples: batch {samples}, one step an epoch")
+            return {**fit_kwargs, "batch_size": samples}
         return {**fit_kwargs, "batch_size": chosen.batch_size}
 
     @staticmethod
@@ -163,3 +172,17 @@ class LmsFitMagics(Magics):
 
 
 _APPLIED = ("n_tensors", "lb", "lean_ops", "order_backward", "recompute")
+
+
+def _sample_count(x) -> int | None:
+    """How many samples ``x`` (a fit's arrays, a dict or list of them, or a list of text) holds; None where unknown."""
+    first = x
+    while isinstance(first, (dict, list, tuple)) and first and not isinstance(first, str):
+        if isinstance(first, dict):
+            first = next(iter(first.values()))
+        elif all(isinstance(item, str) for item in first):  # a list of text: one sample each
+            return len(first)
+        else:
+            first = first[0]
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape and shape[0] is not None else None

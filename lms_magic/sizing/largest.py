@@ -15,6 +15,10 @@ from ..lms.explain.results import FitExplanation
 LADDER_POINTS = 8  # batch sizes looked at between the largest plain batch and LMS's
 
 
+class NoCapacityError(ValueError):
+    """No device capacity is known (no GPU, no ``simulate_accelerator(memory=...)``) and none was passed."""
+
+
 @dataclass(frozen=True)
 class LargestBatch:
     """The batch chosen, how to train at it, and why.
@@ -37,7 +41,7 @@ class LargestBatch:
 
 
 def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: int = 32, confirm=None,
-                  **options) -> LargestBatch:
+                  budget=None, **options) -> LargestBatch:
     """The largest batch ``model`` trains at on the device, at ``speed`` of plain speed or better.
 
     Args:
@@ -45,6 +49,8 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
         data: ``(x, y)`` arrays or an unbatched ``tf.data.Dataset``.
         speed: the share of a plain step's speed a step with LMS may not fall below. Defaults to 0.9.
         capacity: the device's memory ("16GiB" or bytes). Defaults to the device LMS relieves.
+        budget: the bytes every way of training may fill ("512MiB" or bytes; ``%%lms_fit --budget``), instead of
+            the usable share of the device's capacity. Defaults to None.
         batch_size: the batch explained beside it (``explain_fit``'s). Defaults to 32.
         confirm: as for ``explain_fit``. Defaults to None: confirmed by steps wherever the device's allocator can
             be read (on ``simulate_accelerator``'s device, the plain batch; LMS's there is predicted).
@@ -54,7 +60,8 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
         A :class:`LargestBatch` (``print`` it).
 
     Raises:
-        ValueError: no device capacity known, a bad option (the message says what to pass).
+        NoCapacityError: no device capacity known, and no ``capacity`` or ``budget`` passed.
+        ValueError: a bad option (the message says what to pass).
 
     Example:
         >>> import keras, numpy as np
@@ -65,17 +72,18 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
         >>> chosen.batch_size > 1000
         True
     """
+    from ..lms.explain.replay import device_capacity
     from .explain_fit import explain_fit, measurable
 
     if not 0 < speed <= 1:
         raise ValueError(f"speed={speed!r}: a share of plain speed, above 0 and at most 1 (0.9: 90%)")
+    if capacity is None and budget is None and device_capacity(options) is None:
+        raise NoCapacityError("largest_batch: no device capacity known (no GPU, no "
+                              "simulate_accelerator(memory=...)); pass capacity='16GiB' or budget='12GiB'")
     if confirm is None:  # confirmed wherever steps can be measured: it is the batch the fit will run at
         confirm = measurable(model, data, **options)
     found = explain_fit(model, data, batch_size=batch_size, capacity=capacity, modes=("without LMS", "LMS"),
-                        speed_target=speed, confirm=confirm, **options)
-    if found.capacity_bytes is None:
-        raise ValueError("largest_batch: no device capacity known (no GPU, no simulate_accelerator(memory=...)); "
-                         "pass capacity='16GiB'")
+                        speed_target=speed, confirm=confirm, budget=budget, **options)
     plain, lms = found.modes
     plain_best = _best(plain)
     lms_best = _best(lms) if not lms.unavailable else 0
@@ -84,7 +92,7 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
         return LargestBatch(plain_best, None, "%%lms_fit --n-tensors 0", f"{plain_words}; LMS fits no larger "
                             f"batch ({lms_best})", found)
     ladder = sorted({int(plain_best + (lms_best - plain_best) * k / LADDER_POINTS) for k in range(1, LADDER_POINTS + 1)})
-    budget = lms.magic.partition("--budget ")[2]  # where a measured step corrected the plans
+    budget = lms.magic.partition("--budget ")[2] or budget  # where a measured step corrected the plans
     frontier = explain_fit(model, data, batch_size=batch_size, capacity=found.capacity_bytes, modes=("LMS",),
                            batch_sizes=ladder, speed_target=speed, confirm=False, budget=budget or None, **options)
     fast = [point for point in frontier.frontier if point.batch_size <= lms_best and point.step_ratio is not None
@@ -111,4 +119,4 @@ def _words(mode, best: int) -> str:
     return f"{mode.mode}: largest batch {best} ({source})"
 
 
-__all__ = ["LargestBatch", "largest_batch"]
+__all__ = ["LargestBatch", "NoCapacityError", "largest_batch"]

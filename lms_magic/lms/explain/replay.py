@@ -69,7 +69,7 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
         usable = parse_bytes(budget)
         capacity_bytes = parse_bytes(capacity) if capacity is not None else int(usable / (1 - CAPACITY_HEADROOM))
     else:
-        capacity_bytes = parse_bytes(capacity) if capacity is not None else _device_capacity(options)
+        capacity_bytes = parse_bytes(capacity) if capacity is not None else device_capacity(options)
         usable = usable_bytes(capacity_bytes) if capacity_bytes else None
     loop = None if closed_loop is None else closed_loop(capacity_bytes, usable,
                                                         capacity is not None or budget is not None)
@@ -92,7 +92,7 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
         plan_budget = _plan_budget(session, usable, correction)
         # a capacity LMS would not find by itself: its lines carry the budget it leaves (in whole MiB, at or under)
         carried = _whole_units(usable) if plan_budget is None and budget is None and capacity is not None and \
-            usable and capacity_bytes != _device_capacity(options) else None
+            usable and capacity_bytes != device_capacity(options) else None
         plan_capacity = capacity_bytes if plan_budget is None else int(plan_budget / (1 - CAPACITY_HEADROOM))
         for name, tuned, magic in chosen:
             refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
@@ -210,7 +210,7 @@ def _whole_units(size: int) -> tuple[int, str]:
     return size // unit * unit, f"{size // unit}{name}"
 
 
-def _device_capacity(options: dict) -> int | None:
+def device_capacity(options: dict) -> int | None:
     """The capacity of the device LMS would relieve with these options, or None where there is none."""
     from ..core.stats import LmsStats
     from ..framework import framework
@@ -221,4 +221,4 @@ def _device_capacity(options: dict) -> int | None:
     return None if chosen.off_reason(prepared) is not None else stats.capacity_bytes
 
 
-__all__ = ["MODES", "NOTHING_LEAN", "explained"]
+__all__ = ["MODES", "NOTHING_LEAN", "device_capacity", "explained"]

@@ -16,15 +16,16 @@ def device_96mib(accelerator_memory):
     accelerator_memory("96MiB")
 
 
-def trained_at_max(shell, capsys, cell: str):
+def trained_at_max(shell, capsys, cell: str, samples: int):
     """Runs ``cell`` under ``%%lms_fit --batch-size max``; checks it trained at the batch it said it chose (more
-    than 8), and gives the dashboard's result."""
+    than 8), or at all the ``samples`` where that is more than the data holds; gives the dashboard's result."""
     shell.run_cell_magic("lms_fit", "--batch-size max -o", cell)
     said = capsys.readouterr().out
     chosen = int(re.search(r"--batch-size max: batch (\d+)", said).group(1))
     result = shell.user_ns["_"]  # the dashboard showed it; `_` holds it
     trained = result.variants[-1]
-    assert trained.status == "ok" and trained.batch_size == chosen > 8, said
+    assert trained.status == "ok" and chosen > 8 and trained.batch_size == min(chosen, samples), said
+    assert (f"the data holds {samples} samples: batch {samples}" in said) == (chosen > samples), said
     return result
 
 
@@ -72,7 +73,7 @@ def test_batch_size_max_trains_a_kerashub_task_model_on_its_arrays(shell, device
     trained at."""
     shell.user_ns.update(causal_lm=causal_lm, data=lm_data())
     trained_at_max(shell, capsys, "model = causal_lm()\nx, y, weights = data\n"
-                                  "model.fit(x, y, sample_weight=weights, verbose=0)\n")
+                                  "model.fit(x, y, sample_weight=weights, verbose=0)\n", samples=32)
 
 
 def test_gpumem_explain_accounts_for_a_kerashub_fit_without_training(shell, device_96mib):
@@ -181,8 +182,10 @@ def test_class_weight_and_validation_data_through_batch_size_max_and_the_dashboa
     """A KerasHub classifier's fit with class_weight and validation_data: --batch-size max trains at the batch it
     chose (LMS's own plan there meets the budget it carries), and the dashboard shows the validation metrics."""
     accelerator_memory("24MiB")  # a small device: small batches to confirm and train
-    shell.user_ns.update(text_classifier=text_classifier, data=labelled_tokens())
+    shell.user_ns.update(text_classifier=text_classifier, data=labelled_tokens(n=256))
     result = trained_at_max(shell, capsys, "model = text_classifier()\nx, y = data\nmodel.fit(x, y, class_weight="
-                                           "{0: 1.0, 1: 2.0, 2: 0.5}, validation_data=(x, y), verbose=0)\n")
+                                           "{0: 1.0, 1: 2.0, 2: 0.5}, validation_data=(x, y), verbose=0)\n",
+                            samples=256)
+    assert result.variants[-1].batch_size < 256  # the batch chosen, not all the data
     rows = {row[0]: row[1:] for row in result.table()}
     assert "-" not in rows["final val_sparse_categorical_accuracy"][:1] + rows["final val_loss"][:1], rows

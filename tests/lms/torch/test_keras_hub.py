@@ -78,3 +78,24 @@ def test_lms_leaves_keras_dispatching_batch_ends_asynchronously():
     where = Where()
     compiled(mlp()).fit(*vectors(64), batch_size=16, verbose=0, callbacks=[where, LMS(min_bytes=0, verbose=0)])
     assert where.threads == {False}
+
+
+def test_batch_size_max_sizes_text_through_the_preprocessor_within_the_cells_budget(shell, capsys):
+    """``%%lms_fit --batch-size max`` over a KerasHub causal LM fed a list of text (its preprocessor tokenizes it,
+    as its ``fit`` does): on a CPU no device capacity is known, so the magic asks for ``--budget``; with one, it
+    sizes the batch within it and trains, one step of all the samples where the largest batch holds more."""
+    from tests.hub import text_causal_lm, texts
+
+    shell.user_ns.update(model=text_causal_lm(), x=texts(16))
+    with pytest.raises(ValueError, match=r"no device capacity known .* put --budget 12GiB"):
+        shell.run_cell_magic("lms_fit", "--batch-size max -q", "model.fit(x, epochs=1, verbose=0)")
+    outcome = shell.run_cell("%%lms_fit --batch-size max --budget 32MiB -o\nhistory = model.fit(x, epochs=1, verbose=0)")
+    assert outcome.success, outcome.error_in_exec
+    printed = capsys.readouterr().out
+    chosen = int(re.search(r"--batch-size max: batch (\d+)", printed).group(1))
+    (variant,) = shell.user_ns["_"].variants
+    assert variant.status == "ok" and np.isfinite(shell.user_ns["history"].history["loss"]).all()
+    # 32 MiB holds far more than the 16 samples of this small model: all of them in one step
+    assert chosen > 16 and variant.batch_size == 16 and variant.steps == 1
+    assert "the data holds 16 samples: batch 16, one step an epoch" in printed
+    assert variant.lms_stats["device_peak_bytes"] <= 32 * 2**20

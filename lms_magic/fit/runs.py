@@ -18,7 +18,7 @@ from typing import Callable
 import keras
 import numpy as np
 
-from ..memory.errors import is_out_of_memory
+from ..memory.errors import explained, is_out_of_memory
 from ..memory.profile import profiling
 from .snapshot import CallbackState, TrainingState
 
@@ -121,6 +121,6 @@ class FairStart:
             self.training.restore()
             if isinstance(error, Exception) and is_out_of_memory(error):
                 return RunOutcome("oom", None, recorder, str(error).splitlines()[0][:200] if str(error) else "",
-                                  getattr(error, "lms_magic_explained", False))
+                                  explained(error))
             raise
         return RunOutcome("ok", history, recorder)

@@ -311,7 +311,8 @@ class LMS(keras.callbacks.Callback):
     def _say_out_of_memory(self, error: Exception, shapes) -> None:
         """Above an out-of-memory error of an LMS step: what the step needed, what filled it, what would fit
         (``explain/account.py``'s ``out_of_memory_account``, on zeros shaped as the batch); the error is then raised as it was."""
-        from .explain.account import out_of_memory_account
+        from ..memory.errors import mark_explained
+        from .explain.account import not_explained, out_of_memory_account
         from .samples import zeros_like_batch
 
         release_library_frames(error)  # the failed step's tensors: the account runs a step on the device too
@@ -323,12 +324,8 @@ class LMS(keras.callbacks.Callback):
         if count > 1:  # on a cluster: which process ran out
             print(f"lms_magic: process {index} of {count} (devices {', '.join(self.stats.devices) or 'its own'}):")
         print(out_of_memory_account(self._keras_model, data, self.stats.batch_size) if data is not None else
-              "lms_magic: the fit ran out of device memory even with LMS; lms_magic.explain_fit(model, data, "
-              "batch_size=...) says what filled it and the largest batch each way of training fits")
-        try:
-            error.lms_magic_explained = True  # the magics around the fit do not say it again
-        except AttributeError:
-            pass
+              not_explained("even with LMS, on a batch this cannot rebuild"))
+        mark_explained(error)
 
     def summary(self) -> str:
         """One line: what LMS swapped and the device peaks (predicted)."""

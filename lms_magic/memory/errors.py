@@ -18,6 +18,27 @@ def is_out_of_memory(error: BaseException) -> bool:
         or "out of memory" in text.lower()
 
 
+_EXPLAINED = "lms_magic_explained"  # set on an error whose account was printed
+
+
+def mark_explained(error: BaseException) -> None:
+    """Notes on ``error`` that its out-of-memory account was printed: the magics around the fit do not say it again.
+
+    Example:
+        >>> error = MemoryError("out of memory"); mark_explained(error); explained(error), explained(KeyError())
+        (True, False)
+    """
+    try:
+        setattr(error, _EXPLAINED, True)
+    except AttributeError:  # an error type that takes no attributes: said twice at worst
+        pass
+
+
+def explained(error: BaseException) -> bool:
+    """Whether ``error``'s out-of-memory account was printed already (:func:`mark_explained`)."""
+    return getattr(error, _EXPLAINED, False)
+
+
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 # the libraries whose frames an out-of-memory error's traceback keeps with the step's tensors in their locals
 _LIBRARIES = ("keras", "torch", "jax", "jaxlib", "tensorflow", "optree", "lms_magic")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...internals import ModelFitReplaced
-from ...memory.errors import is_out_of_memory, release_library_frames
+from ...memory.errors import explained, is_out_of_memory, release_library_frames
 
 DEFAULT_BATCH_SIZE = 32  # Keras's, where a fit of arrays names none
 
@@ -52,6 +52,18 @@ def fit_data(args: tuple, kwargs: dict, fit=None):
     return dataset, int(batch_size or DEFAULT_BATCH_SIZE)
 
 
+def not_explained(why: str) -> str:
+    """The one line said above an out-of-memory error whose step cannot be explained: ``why``, then what to run.
+
+    Example:
+        >>> not_explained("its data could not be read again").startswith("lms_magic: the fit ran out of device "
+        ...                                                               "memory; its data could not be read again. ")
+        True
+    """
+    return (f"lms_magic: the fit ran out of device memory; {why}. lms_magic.explain_fit(model, data, batch_size=...) "
+            "says what filled the step and the largest batch each way of training fits")
+
+
 def out_of_memory_account(model, data, batch_size: int) -> str:
     """The lines said above an out-of-memory error of a fit of ``model`` on ``data`` at ``batch_size``: what the
     step needed, what filled it, what would fit. Never raises: where the step cannot be explained, one line says
@@ -61,8 +73,7 @@ def out_of_memory_account(model, data, batch_size: int) -> str:
     try:
         found = explained(model, data, batch_size=batch_size)
     except Exception as error:
-        return (f"lms_magic: the fit ran out of device memory; the step could not be explained ({error}). "
-                "Try %%lms_fit over the cell, or a smaller batch.")
+        return not_explained(f"the step could not be explained ({error})")
     return "lms_magic: the fit ran out of device memory. Why, and what fits (predicted, nothing trained):\n" + \
         "\n".join("  " + line for line in found.lines())
 
@@ -73,7 +84,7 @@ def explain_out_of_memory(model, args: tuple, kwargs: dict, fit=None) -> str:
     try:
         data, batch_size = fit_data(args, kwargs, fit)
     except Exception as error:
-        return f"lms_magic: the fit ran out of device memory; its data could not be read again ({error})"
+        return not_explained(f"its data could not be read again ({error})")
     return out_of_memory_account(model, data, batch_size)
 
 
@@ -97,7 +108,7 @@ class OutOfMemoryExplained(ModelFitReplaced):
             _wait_for_the_device(model)
             return history
         except Exception as error:
-            if is_out_of_memory(error) and not getattr(error, "lms_magic_explained", False) and \
+            if is_out_of_memory(error) and not explained(error) and \
                     not any(error is pending[0] for pending in self._pending):
                 self._pending.append((error, model, args, kwargs, original))
             raise
@@ -139,4 +150,5 @@ class FitsExplained(ModelFitReplaced):
         return found
 
 
-__all__ = ["FitsExplained", "OutOfMemoryExplained", "explain_out_of_memory", "fit_data", "out_of_memory_account"]
+__all__ = ["FitsExplained", "OutOfMemoryExplained", "explain_out_of_memory", "fit_data", "not_explained",
+           "out_of_memory_account"]

@@ -192,3 +192,14 @@ def test_an_lms_fit_that_runs_out_of_memory_says_why_above_the_error(devices, ca
     assert "the layers holding the most at the peak: runs_out_of_memory 1024.00 GiB" in out  # what filled it
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
     assert not LmsTrainFunction.is_in(model)
+
+
+def test_an_out_of_memory_whose_data_cannot_be_read_again_says_so_and_what_to_run(devices):
+    """Above an out-of-memory error of a fit whose data cannot be read again (here none was given), one line: why
+    there is no account, and the call that gives one."""
+    from lms_magic.lms.explain.account import explain_out_of_memory
+
+    said = explain_out_of_memory(reference_cnn_small(), (), {})
+    assert said == ("lms_magic: the fit ran out of device memory; its data could not be read again (the fit was "
+                    "given no data). lms_magic.explain_fit(model, data, batch_size=...) says what filled the step "
+                    "and the largest batch each way of training fits")

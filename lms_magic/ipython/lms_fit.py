@@ -115,7 +115,7 @@ class LmsFitMagics(Magics):
     @staticmethod
     def _at_largest(runner, fit, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
         """``fit_kwargs`` at the largest batch (``largest_batch``), and the runner's LMS options for it."""
-        from ..lms.samples import fit_call
+        from ..lms.samples import fit_call, sample_count
         from ..sizing.largest import NoCapacityError, largest_batch
 
         data, batch_size, _ = fit_call(fit, fit_args, fit_kwargs)
@@ -139,7 +139,7 @@ class LmsFitMagics(Magics):
             runner.lms_options = runner.lms_options.replace(n_tensors=0)
         elif "budget" in chosen.options:
             runner.lms_options = runner.lms_options.replace(budget_bytes=chosen.options["budget"])
-        samples = _sample_count(data[0])
+        samples = sample_count(data[0])
         if samples is not None and chosen.batch_size > samples:
             announce(f"lms_magic: --batch-size max: the data holds {samples} samples: batch {samples}, one step an epoch")
             return {**fit_kwargs, "batch_size": samples}
@@ -172,17 +172,3 @@ class LmsFitMagics(Magics):
 
 
 _APPLIED = ("n_tensors", "lb", "lean_ops", "order_backward", "recompute")
-
-
-def _sample_count(x) -> int | None:
-    """How many samples ``x`` (a fit's arrays, a dict or list of them, or a list of text) holds; None where unknown."""
-    first = x
-    while isinstance(first, (dict, list, tuple)) and first and not isinstance(first, str):
-        if isinstance(first, dict):
-            first = next(iter(first.values()))
-        elif all(isinstance(item, str) for item in first):  # a list of text: one sample each
-            return len(first)
-        else:
-            first = first[0]
-    shape = getattr(first, "shape", None)
-    return int(shape[0]) if shape and shape[0] is not None else None

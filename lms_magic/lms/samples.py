@@ -64,6 +64,24 @@ def take_samples(data, count: int):
     return keras.tree.map_structure(lambda a: None if a is None else a[index], arrays)
 
 
+def sample_count(x) -> int | None:
+    """How many samples a fit's ``x`` holds (an array, a dict or list of arrays, a list of text); None where it is
+    not arrays (a dataset, a generator).
+
+    Example:
+        >>> import numpy as np
+        >>> sample_count({"ids": np.zeros((5, 3))}), sample_count(["a b", "c"]), sample_count(iter([]))
+        (5, 2, None)
+    """
+    if _is_texts(x):
+        return len(x)
+    import keras
+
+    leaves = [leaf for leaf in keras.tree.flatten(x) if leaf is not None]
+    shape = getattr(leaves[0], "shape", None) if leaves else None
+    return int(shape[0]) if shape and shape[0] is not None else None
+
+
 def _is_texts(data) -> bool:
     """Whether ``data`` is a list of strings (what a KerasHub task model with a preprocessor takes as ``x``)."""
     return isinstance(data, list) and bool(data) and all(isinstance(item, (str, bytes)) for item in data)

@@ -21,6 +21,8 @@ import urllib.request
 import nbformat
 import pytest
 
+from lms_magic.lms.core.peak import KINDS
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "lms-magic-test"
@@ -58,7 +60,7 @@ def front_end(request, tmp_path):
     finally:
         sys.path.pop(0)
     notebook = nbformat.read(ROOT / "notebooks" / "lms_demo.ipynb", as_version=4)
-    run_demo.set_parameters(notebook, {"N_ROWS": "2_000", "IMAGE_SIZE": "64", "SIMULATED_MEMORY": '"16MiB"'})
+    run_demo.set_parameters(notebook, {"N_ROWS": "2_000", "IMAGE_SIZE": "64"})
     notebook.cells.insert(0, nbformat.v4.new_code_cell(
         f"import IPython, ipywidgets; print('{STACK_LINE}IPython', IPython.__version__, 'ipywidgets', "
         "ipywidgets.__version__)"))
@@ -141,11 +143,11 @@ def test_dashboard_renders_in_the_browser(front_end):
                     assert f"{package} {os.environ[variable]}" in stack, stack
             assert text.startswith("LMS: ") and "final loss identical" in text and "step time" in text, text
             # the figures below it, drawn by plotly: peak bars (2 variants, device and host apart), the peak's
-            # make-up (6 kinds), loss curves (2), the memory timeline; then the table
+            # make-up (each kind), loss curves (2), the memory timeline; then the table
             page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 5", timeout=60_000)
             traces = page.evaluate("[...document.querySelectorAll('.js-plotly-plot')].map("
                                    "p => p.data.map(t => t.name))")
-            assert traces[0] == ["no_lms", "lms", "no_lms", "lms"] and len(traces[1]) == 6, traces
+            assert traces[0] == ["no_lms", "lms", "no_lms", "lms"] and len(traces[1]) == len(KINDS), traces
             assert ["without LMS", "with LMS"] == [t for t in traces[2] if not t.endswith(": peak")], traces
             assert traces[3] == ["no_lms: loss", "lms: loss"], traces
             assert page.query_selector("table.lms-magic-fit") is not None

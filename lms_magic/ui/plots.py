@@ -257,7 +257,7 @@ def peak_makeup_figure(variants):
     figure = go.Figure()
     for kind in KINDS:
         figure.add_trace(go.Bar(name=kind.replace("_", " "), x=list(peaks),
-                                y=[peak["by_kind"][kind] / unit for peak in peaks.values()],
+                                y=[peak["by_kind"].get(kind, 0) / unit for peak in peaks.values()],
                                 hovertemplate=f"%{{y:.1f}} {name}"))
     figure.update_layout(title=f"what fills the device peak ({name}, predicted by LMS's replay)", barmode="stack",
                          yaxis_title=name, height=340, margin=dict(l=50, r=20, t=40, b=40))

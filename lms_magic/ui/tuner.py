@@ -190,7 +190,7 @@ class Tuner:
         peaks = {"without LMS": predictor.explain(0, setting.lb, setting.batch_size),
                  "with LMS": predictor.explain(setting.n_tensors, setting.lb, setting.batch_size)}
         figure = go.Figure([go.Bar(name=kind.replace("_", " "), x=list(peaks),
-                                   y=[peak["by_kind"][kind] / MIB for peak in peaks.values()]) for kind in KINDS])
+                                   y=[peak["by_kind"].get(kind, 0) / MIB for peak in peaks.values()]) for kind in KINDS])
         figure.update_layout(title="what fills the predicted peak (MiB)", barmode="stack", height=340, width=420,
                              margin=dict(l=50, r=20, t=40, b=40))
         self.makeup_figure, self.peaks = figure, peaks

@@ -26,7 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("weights", "optimizer_state", "gradients", "activations_kept", "activations_swapped_in", "other")
+# what each kernel holds while it runs beyond its inputs and outputs, as measured (core/scratch.py)
+SCRATCH_KIND = "kernel_scratch"
+KINDS = ("weights", "optimizer_state", "gradients", "activations_kept", "activations_swapped_in", SCRATCH_KIND,
+         "other")
 TOP = 10
 TIMELINE_POINTS = 400  # the step's memory timeline in stats["peak"], at most this many points
 

@@ -121,6 +121,16 @@ class Framework:
         raise NotImplementedError
 
     @staticmethod
+    def kernel_scratch_recorded(recorded: Callable[[dict[str, int]], None], device: str | None = None
+                                ) -> ContextManager[None]:
+        """A block (one measured train step on ``device``) whose kernels' scratch is read off the allocator's
+        events: ``recorded`` gets each op's (``core.scratch.kernel_scratch``, ops named as in the train step), where
+        the framework can say. By default none is read (the block runs, ``recorded`` is not called)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @staticmethod
     def trial_peak_source(gpu: bool) -> str:
         """Where a trial's device peak comes from (measured or predicted, and how)."""
         raise NotImplementedError

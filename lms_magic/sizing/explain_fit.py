@@ -26,6 +26,11 @@ NOT_MEASURABLE = ("not confirmed: the simulated device's allocator is TensorFlow
                   "holds what LMS moves to the host; a GPU confirms it")
 
 
+# the two measured steps' replayed bytes differ by at least this share of the larger where a line is drawn through
+# them; closer, a few percent of noise in a step's peak would tilt the line far off at other batches
+LINE_APART = 0.25
+
+
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
                 speed_target: float = 0.9, budget=None, confirm: bool | None = None, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will, before training.
@@ -136,27 +141,43 @@ def _meter(model, data, options: dict, budget: int | None):
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
     """Plain steps measured at the batch asked for (or the largest predicted to fit, where smaller) and at half
-    of it: the line through their allocator peaks against the replay's step bytes (a fixed part and one that
-    grows with the batch), or the one step's ratio where only one could be measured. Steps of the same batch in
-    one process vary by a few percent; the line is made over batches far enough apart to show the fixed part."""
+    of it. Where the framework reads each kernel's scratch off the steps (TensorFlow's profiler), every replay
+    holds it at its op from then on (``core.scratch``: a line in the batch for each op). What the allocator held
+    beyond the replay is then the line through the two steps' peaks against the replay's step bytes (a fixed part
+    and one that grows with the batch), or the one step's ratio where only one could be measured. Steps of the
+    same batch in one process vary by a few percent; the line is made over batches far enough apart to show the
+    fixed part."""
+    from ..lms.core.scratch import KernelScratch
+
     persistent = session.predictor.persistent_bytes
     plain = mode_fit(session, "", "", batch_size, capacity_bytes, limit) if limit is not None else None
     batch = max(1, min(batch_size, plain.largest_batch if plain is not None and plain.largest_batch else batch_size))
+    steps = [meter.measure(batch)]
+    if steps[0].step_bytes is not None and batch >= 2:
+        steps.append(meter.measure(batch // 2))
+    scratch = {step.batch_size: step.scratch for step in steps if step.step_bytes is not None and step.scratch}
+    words = ""
+    if scratch:  # held at each op in every way's replay, LMS's too
+        found = KernelScratch(scratch)
+        session.predictors.use_kernel_scratch(found)
+        layer_path = getattr(session.predictor, "layer_path", None)
+        words = found.words(batch, layer_path) if layer_path is not None else ""
 
-    def measured_at(size: int) -> tuple[int | None, int]:
-        return meter.measure(size).step_bytes, session.predictor.plain_peak_bytes(size) - persistent
+    def predicted_at(size: int) -> int:
+        return session.predictor.plain_peak_bytes(size) - persistent
 
-    measured, predicted = measured_at(batch)
+    measured, predicted = steps[0].step_bytes, predicted_at(batch)
     if measured is None:
         return Correction(batch, None, predicted, 1.0, meter.where)
     ratio, other, fixed = measured / max(1, predicted), None, 0
-    if batch >= 2:
-        low, low_predicted = measured_at(batch // 2)
-        slope = (measured - low) / (predicted - low_predicted) if low is not None and predicted > low_predicted \
-            else None
+    if len(steps) == 2:
+        low, low_predicted = steps[1].step_bytes, predicted_at(batch // 2)
+        # a line only through steps far enough apart in the replay (a fixed scratch can dominate both)
+        slope = (measured - low) / (predicted - low_predicted) \
+            if low is not None and predicted - low_predicted >= LINE_APART * predicted else None
         if slope is not None and 0.25 <= slope <= 4:  # else one step's ratio: a line too steep to trust
             ratio, other, fixed = slope, (batch // 2, low, low_predicted), int(measured - slope * predicted)
-    return Correction(batch, measured, predicted, ratio, meter.where, other, fixed)
+    return Correction(batch, measured, predicted, ratio, meter.where, other, fixed, words)
 
 
 def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:

@@ -37,20 +37,31 @@ class StepPeaks(keras.callbacks.Callback):
         [40, 40]
     """
 
-    def __init__(self, counter, skip: int = 0):
+    def __init__(self, counter, skip: int = 0, recording=None):
         super().__init__()
         self.counter, self.skip = counter, skip
         self.step_bytes: list[int] = []
         self._before = 0
+        self._recording, self._open = recording, None  # a block entered around the first step read, and it open
 
     def on_train_batch_begin(self, batch, logs=None):
         if batch >= self.skip:
             self.counter.reset()
             self._before = self.counter.read()[0]
+            if batch == self.skip and self._recording is not None:
+                self._open = self._recording()
+                self._open.__enter__()
 
     def on_train_batch_end(self, batch, logs=None):
         if batch >= self.skip:
             self.step_bytes.append(max(0, self.counter.read()[1] - self._before))
+            self.close()
+
+    def close(self) -> None:
+        """Ends the recording block where it is open (the step ended, or the fit stopped in it)."""
+        block, self._open = self._open, None
+        if block is not None:
+            block.__exit__(None, None, None)
 
 
 class StepMeter:
@@ -61,10 +72,12 @@ class StepMeter:
         data: ``(x, y)`` arrays or a ``tf.data.Dataset``, as ``explain_fit`` takes them.
         counter: the allocator of the device LMS relieves.
         lms_options: the options of the LMS a step with LMS runs under (``min_bytes``, ``device``...).
+        device: the device measured ("/GPU:0", "/CPU:0" simulated): a plain step's kernel scratch is read where
+            the framework reads it there (``Framework.kernel_scratch_recorded``).
     """
 
-    def __init__(self, model, data, counter, lms_options: dict | None = None):
-        self.model, self.data, self.counter = model, data, counter
+    def __init__(self, model, data, counter, lms_options: dict | None = None, device: str | None = None):
+        self.model, self.data, self.counter, self.device = model, data, counter, device
         self.lms_options = dict(lms_options or {})
         self._known: dict[tuple, MeasuredStep] = {}
 
@@ -93,15 +106,22 @@ class StepMeter:
         if key in self._known:
             return self._known[key]
         from ..lms.callback import LMS
+        from ..lms.framework import framework
 
-        peaks = StepPeaks(self.counter, skip=1)
+        scratch: list[dict] = []  # a plain step's kernels' scratch, where the framework reads it
+        recording = None if with_lms else lambda: framework().kernel_scratch_recorded(scratch.append, self.device)
+        peaks = StepPeaks(self.counter, skip=1, recording=recording)
         lms = [LMS(verbose=0, **{**self.lms_options, **(options or {})})] if with_lms else []
-        outcome = self._run(batch_size, lms, peaks, steps)
+        try:
+            outcome = self._run(batch_size, lms, peaks, steps)
+        finally:
+            peaks.close()
         if outcome is None or outcome.status == "oom":
             found = MeasuredStep(batch_size, with_lms, None, out_of_memory=True)
         else:
             read = peaks.step_bytes or [0]
-            found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)))
+            found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
+                                 scratch=scratch[0] if scratch else None)
         self._known[key] = found
         return found
 
@@ -156,7 +176,7 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
         return None, (f"TensorFlow's CPU allocator keeps no statistics: {advice}" if on_cpu else why) + f" ({error})"
     if not counter.counts_every_tensor():
         return None, f"TensorFlow's CPU allocator (oneDNN's) {MISSES_SMALL_TENSORS}: {advice}"
-    return StepMeter(model, data, counter, lms_options), ""
+    return StepMeter(model, data, counter, lms_options, device), ""
 
 
 __all__ = ["MEASURED_STEPS", "StepMeter", "StepPeaks", "step_meter"]

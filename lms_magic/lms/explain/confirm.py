@@ -32,6 +32,7 @@ class MeasuredStep:
     step_bytes: int | None
     spread_bytes: tuple[int, int] | None = None
     out_of_memory: bool = False
+    scratch: dict[str, int] | None = None  # each op's kernel scratch in one of the steps (None: not read)
 
 
 @dataclass(frozen=True)

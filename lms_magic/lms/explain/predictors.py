@@ -7,6 +7,13 @@ from ..core.prediction import StepPredictor
 from ..options import LmsOptions
 
 
+def _held(predictor: StepPredictor, scratch) -> None:
+    """``predictor``'s replays hold ``scratch`` where it takes a measured one (``use_kernel_scratch``)."""
+    use = getattr(predictor, "use_kernel_scratch", None)
+    if use is not None:
+        use(scratch)
+
+
 class StepPredictors:
     """The framework's step predictor (``Framework.predictor``) of ``model`` for each ``(lean_ops, order_backward,
     recompute)``, made on first use from two samples of ``data``.
@@ -38,6 +45,7 @@ class StepPredictors:
         self._made: dict[tuple, StepPredictor] = {}
         self._compute_s: dict[tuple, float] = {}  # (predictor, batch size) -> the FLOP estimate's compute seconds
         self._lean_changes: bool | None = None  # whether lean_ops changes any layer of the model (lean_changes)
+        self.scratch = None  # each kernel's scratch as measured on the device (core.scratch.KernelScratch)
 
     def lean_changes(self) -> bool:
         """Whether ``lean_ops`` changes the model's step: it has a ``BatchNormalization`` whose gradient it computes
@@ -60,7 +68,16 @@ class StepPredictors:
             made = self.framework.predictor(self.model, self.samples, self.options, *key)
             made.share(self._made)
             self._made[key] = made
+            if self.scratch is not None:
+                _held(made, self.scratch)
         return self._made[key]
+
+    def use_kernel_scratch(self, scratch) -> None:
+        """Every predictor's replays hold each kernel's scratch as measured (a ``core.scratch.KernelScratch``) at
+        its op, where the framework's replay can (TensorFlow's)."""
+        self.scratch = scratch
+        for made in self._made.values():
+            _held(made, scratch)
 
     def step_cost(self, predictor: StepPredictor, batch_size: int, bandwidth, compute_s: float | None = None):
         """The :class:`~lms_magic.lms.core.costs.StepCost` at ``batch_size``: ``compute_s`` where one was measured

@@ -88,6 +88,8 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
             else usable
         # the closed loop: one plain step measured on the device, every way's figures corrected by it
         correction = None if loop is None else loop.correct(session, batch_size, capacity_bytes, plain_usable)
+        if session.predictors.scratch is not None:  # the measured steps' kernel scratch, now in the replay
+            plain = session.predictor.explain(0, 1, batch_size)
         # LMS plans in the replay's bytes: where the allocator holds more, against a budget smaller by as much
         plan_budget = _plan_budget(session, usable, correction)
         # a capacity LMS would not find by itself: its lines carry the budget it leaves (in whole MiB, at or under)

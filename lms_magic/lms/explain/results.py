@@ -32,6 +32,7 @@ class Correction:
     source: str  # the allocator read ("TensorFlow's allocator on CPU:0")
     other: tuple[int, int, int] | None = None  # a second measured step: (batch size, measured, replayed bytes)
     fixed_bytes: int = 0  # what the allocator held at any batch beyond the replay's line (may be below 0)
+    scratch: str = ""  # the kernels holding the most scratch, where the replay holds each one's as measured
 
     def applied(self, peak_bytes: int, persistent_bytes: int) -> int:
         """A replayed peak (``persistent_bytes`` of it the weights and optimizer state) as the device holds it."""
@@ -52,6 +53,8 @@ class Correction:
         done = f"every figure here is the replay's step bytes times {self.ratio:.2f}"
         if self.fixed_bytes:
             done += f", {'plus' if self.fixed_bytes > 0 else 'less'} {format_size(abs(self.fixed_bytes))} at any batch"
+        if self.scratch:  # the replay's bytes hold them
+            held = f"{held} (the replay holds each kernel's scratch, as measured, at its op: {self.scratch})"
         return f"measured: plain steps held, in {self.source}, {held}; {done}"
 
 

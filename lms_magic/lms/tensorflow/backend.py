@@ -2,15 +2,12 @@
 
 Each trace of the train step is rewritten as it is traced: candidates found, a first plan made on the traced graph
 (``planner.py``), swap ops inserted (``rewrite.py``). Where the plan is searched (the default, a budget), the first
-step is a probe: it swaps every eligible candidate, and the partition graphs TensorFlow executed in it (after
-Grappler and placement; ``executed.ExecutedGraphs``), in which any subset of the swaps can be undone, are planned on
-(``executed.ExecutedStep``). Where that plan differs from the probe, the train function is made again with it (one
-retrace); where it moves nothing, LMS steps out and the model trains with its own train function (XLA too). Where
-the traced step fits the device's known capacity, the first step swaps nothing and, if its executed graphs fit too,
-LMS steps out after it. The checked plan is remembered (``lms/memo.py``) for later fits of the same model, options
-and batch. Grappler runs as without LMS (the swap ops are of types it leaves in place), so the kernels that run, and
-the math, are a plain fit's. On a GPU, the plan's first step is held to the allocator's peak
-(``TracePlanner.measured``).
+step is a probe that swaps every eligible candidate; the graphs TensorFlow executed in it (``executed.py``), any
+subset of the swaps undone, and its kernels' scratch (read off the allocator, off a GPU) are planned on. A plan that
+differs is traced again (one retrace); one that moves nothing steps LMS out. Where the traced step fits the device,
+the first step swaps nothing, and LMS steps out after it if its executed graphs fit too. The checked plan is
+remembered (``lms/memo.py``). Grappler runs as without LMS, so the kernels that run, and the math, are a plain
+fit's. On a GPU, the plan's first step is held to the allocator's peak (``TracePlanner.measured``).
 """
 
 from __future__ import annotations
@@ -59,8 +56,7 @@ class TensorFlowBackend:
     def __init__(self, model, options: LmsOptions, stats: LmsStats):
         self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
         self.device, self.host_device, self.stats = options.device, options.host_device, stats
-        # under a distribution strategy every replica's device is relieved with the plan made for the first
-        # (``self.device``); the replay of the traced step counts the first's ops only
+        # under a distribution strategy every replica's device is relieved with the first's plan (its ops counted)
         self._elsewhere = (self.host_device, *(d for d in stats.devices if d != self.device))
         self.recompute = options.recompute
         self._layer_of = _rewrite_ops.layer_resolver(model)
@@ -72,17 +68,16 @@ class TensorFlowBackend:
             if not self._lean.layers:
                 stats.notes.append("lean_ops: the model has no Keras BatchNormalization layer: nothing to lean")
         self._hybrid = _hybrid.HybridPlan(options.selection, options.host_device) if self.recompute is True else None
-        self.step = None  # the traced step's TracedStep, after the first trace (for inspection)
-        self.executed = None  # the probe's ExecutedStep, where the plan was made on one (for inspection)
+        self.step = self.executed = None  # the traced step's TracedStep, the probe's ExecutedStep (inspection)
         self._traces: dict = {}
         self._chosen: dict[int | None, list[str]] = {}  # batch size -> the tensors the plan swaps
         self.candidates: list = []  # the first trace's candidates (TensorCandidate): what the plans choose from
         self._plan: Plan | None = None
         self._budget_checked = False
         self._graphs = _executed.ExecutedGraphs()
+        self._scratch_read: list = []  # the kernels' scratch the first step held, until read (_check_first_step)
         self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
-        self._retraces = 0
-        self._retrace_limit = RETRACES_PER_PLAN
+        self._retraces, self._retrace_limit = 0, RETRACES_PER_PLAN  # the retraces so far, and how many a plan may take
         self._persistent_tensors = None
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
         self._memo_key = None  # what this fit's plan is remembered under (memo.py)
@@ -92,9 +87,8 @@ class TensorFlowBackend:
         self._state_built = False  # the model's state built before the first trace (train_function)
 
     def train_function(self, function):
-        """``function`` (Keras's train function over the LMS step) with the model's metrics, loss and optimizer
-        state built before its first call (``internals.build_before_trace``): Keras would build them inside the
-        first trace, and TensorFlow would then trace the step, and LMS rewrite it, a second time."""
+        """``function`` with the model's metrics, loss and optimizer state built before its first call
+        (``internals.build_before_trace``): built inside the first trace, the step would be traced twice."""
 
         def call(iterator, *rest, **kwargs):
             if not self._state_built:
@@ -109,7 +103,9 @@ class TensorFlowBackend:
         """The executed graphs collected while a step's plan is checked (the first step, and the step after a
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
-            if self._graphs.wanted:  # TensorFlow instantiates the function in this step
+            if self._graphs.wanted:  # the graphs TensorFlow instantiates in this step; its kernels' scratch once
+                if self._retraces == 0:
+                    stack.enter_context(_executed.kernel_scratch_recorded(self._scratch_read.append, self.device))
                 stack.enter_context(tf_internals.collected_function_graphs(self._graphs.collected))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
@@ -185,7 +181,7 @@ class TensorFlowBackend:
         self._chosen[step.batch_size] = [item.candidate.tensor for item in chosen_items]
         self.candidates, self._plan = candidates, plan
         self.step = TracedStep(graph.get_operations()[start:], step.batch_size, self._elsewhere, input_bytes,
-                               step.ordered)
+                               step.ordered, scratch=getattr(self.step, "scratch", None))
         # with LMS: the swaps replayed on the traced step, or the step with the clones in it, replayed as it is
         moved_on, moved, with_lms = ((step, chosen_items, with_swaps) if with_swaps is not None else
                                      (self.step, [], self.step.replay([], explain=True)))
@@ -199,9 +195,8 @@ class TensorFlowBackend:
 
     def _reuse(self, graph, ops, data) -> bool:
         """The first trace of a fit: where an earlier fit of this model checked a plan for the same candidates,
-        options and capacity, its tensors are moved as it moved them, and its stats taken over, with nothing
-        planned, probed or replayed again. Plans checked over several steps (the hybrid plan, the backward
-        order) are made afresh."""
+        options and capacity, its tensors are moved as it moved them, its stats taken over (not for the hybrid
+        plan or the backward order, checked over several steps)."""
         if self.stats.records is not None or self._hybrid is not None or self.order_backward:
             return False
         batch = self.planner.batch_size(data)
@@ -284,20 +279,26 @@ class TensorFlowBackend:
             self._record(records)
         if self._graphs.wanted and self.step is not None:  # the executed graphs to read are this trace's
             self.step = TracedStep(graph.get_operations()[start:], batch, self._elsewhere, self.step.input_bytes,
-                                   attempt.ordered if attempt is not None else None)
+                                   attempt.ordered if attempt is not None else None, scratch=self.step.scratch)
         return True
 
     # -- after a step whose executed graphs were collected -----------------------------------------------
     def _check_first_step(self) -> Action:
         """After a step whose graphs were collected: the plan made again on the graphs TensorFlow executed
         (once), and the predicted peaks of the plan that runs."""
-        if self._retraces == 0 and self.planner.trusted_fit(self._plan, self.stats.batch_size, self._lean is not None):  # no graph was collected
-            self._graphs.not_wanted()
-            return self._fits_with_room_kept()
         metadata = self._graphs.take()
+        again = self.planner.scratch_figures(self.step, self._scratch_read, self._persistent(), self._layer_of,
+                                             self._optimizer_scope())  # with its kernels' scratch; fits with room: done
+        if self._retraces == 0 and self.planner.trusted_fit(self._plan, self.stats.batch_size, self._lean is not None,
+                                                            again and again["device_peak_bytes"]):
+            self._graphs.not_wanted()
+            self.stats.update(again or {})
+            return self._fits_with_room_kept()
         partitions = _executed.train_partitions(metadata) if metadata is not None else []
-        if not partitions or not self.stats.active:
-            return Action.KEEP
+        if not partitions or not self.stats.active:  # the traced figures, with the scratch where nothing moved
+            self.stats.update(again if again and not self.stats.swapped_tensors + self.stats.recomputed_tensors else {})
+            over = again and self.stats.active and self._over_budget(again["device_peak_bytes"], "the traced graph")
+            return Action.RETRACE if over else Action.KEEP
         self.stats.partition_graphs = partitions
         if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/measurements.md)
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
@@ -338,16 +339,11 @@ class TensorFlowBackend:
         if action is not Action.RETRACE and cost is not None:
             self.stats.update(predicted_step_ratio=cost.ratio(self.stats.swapped_bytes_per_step),
                               compute_s=cost.compute_s, compute_source=cost.source)
-        if action is Action.KEEP and len(self.stats.devices) > 1:
-            self._peaks_by_device(partitions)
+        if action is Action.KEEP and len(self.stats.devices) > 1:  # each replica's device on its own graph
+            self.stats.device_peaks, notes = _executed.peaks_by_device(
+                partitions, self.stats.devices, self.step, self._persistent(), self._layer_of, self._optimizer_scope())
+            self.stats.notes += notes
         return action
-
-    def _peaks_by_device(self, partitions) -> None:
-        """Each replica's device replayed on its own executed graph, with LMS and without (``stats.device_peaks``)."""
-        self.stats.device_peaks, notes = _executed.peaks_by_device(partitions, self.stats.devices, self.step,
-                                                                   self._persistent(), self._layer_of,
-                                                                   self._optimizer_scope())
-        self.stats.notes += notes
 
     def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
         return _executed.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,
@@ -367,11 +363,8 @@ class TensorFlowBackend:
         step that ran the plan (or nothing, where the traced step fit the device): the check."""
         plan = self._plan
         if not self._probing:
-            if plan.budget_bytes is not None and not plan.moved and plain_peak_bytes > plan.budget_bytes:
-                return self._retrace(self._eligible_names(), probing=True, note=(
-                    f"the executed graphs predict {format_size(plain_peak_bytes)}, above the "
-                    f"{format_size(plan.budget_bytes)} the traced step fit: every eligible tensor swapped in the next "
-                    "step, to plan on its graphs"))
+            if self._over_budget(plain_peak_bytes, "the executed graphs"):
+                return Action.RETRACE
             moved = self.stats.swapped_tensors + self.stats.recomputed_tensors
             if not moved:
                 return self._step_out(_messages.why_nothing(plan))
@@ -405,6 +398,15 @@ class TensorFlowBackend:
             f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
             f"{len(names)} of {len(held)} swapped from the second step, predicted {format_size(plan.peak_bytes)}"))
 
+    def _over_budget(self, peak_bytes: int, where: str) -> bool:
+        """Nothing moved and ``where`` predicts more than the budget: every eligible tensor swapped next (said)."""
+        plan = self._plan
+        if plan is None or plan.budget_bytes is None or plan.moved or peak_bytes <= plan.budget_bytes:
+            return False
+        self._retrace(self._eligible_names(), probing=True,
+                      note=_messages.over_budget(where, peak_bytes, plan, self.step.scratch is not None))
+        return True
+
     def _retrace(self, names: list[str], probing: bool, note: str) -> Action:
         """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""
         self.stats.notes.append(note)
@@ -423,9 +425,8 @@ class TensorFlowBackend:
         return Action.STEP_OUT
 
     def _fits_with_room_kept(self) -> Action:
-        """The traced step fits the device with room: no probe, nothing inserted, nothing traced again; where the
-        model asks for XLA, the model's own train function takes over from the next step."""
-        why = _messages.fits_with_room(self._plan)
+        """The traced step fits the device with room: no probe, nothing moved (with XLA: the model's own step)."""
+        why = _messages.fits_with_room(self._plan, self.step.scratch and self.stats.device_peak_bytes_without_lms)
         self.stats.update(predicted_step_ratio=1.0)  # nothing moves: the model's own step
         if internals.jit_compile_requested(self.model):
             return self._step_out(why)
@@ -434,8 +435,7 @@ class TensorFlowBackend:
         return Action.KEEP
 
     def _hybrid_check(self, executed, peak_bytes: int) -> Action:
-        """The hybrid plan after a step whose executed graphs (``executed``: a function making their
-        ExecutedStep) predict ``peak_bytes`` (``HybridPlan.after_step``): a retrace where it changes."""
+        """The hybrid plan after a step whose ExecutedStep (``executed`` makes it) predicts ``peak_bytes``."""
         names = self._chosen[self.stats.batch_size]
         notes, retrace = self._hybrid.after_step(executed, names, self.candidates, peak_bytes,
                                                  self.stats.recomputed_tensors)

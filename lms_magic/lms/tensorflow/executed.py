@@ -16,7 +16,24 @@ from .partitions import nodes_from_partitions, swap_ins, swapped_in
 from .rewrite import TensorCandidate
 from .traced import TracedStep, device_suffix, recomputes_just_in_time
 
-__all__ = ["ExecutedGraphs", "ExecutedStep", "executed_peaks", "peaks_by_device", "train_partitions"]
+__all__ = ["ExecutedGraphs", "ExecutedStep", "executed_peaks", "kernel_scratch_recorded", "peaks_by_device",
+           "train_partitions"]
+
+
+def kernel_scratch_recorded(recorded, device: str | None):
+    """A block (a train step) whose kernels' scratch ``recorded`` gets, by op as named in the step
+    (``core.scratch.kernel_scratch`` of TensorFlow's profiler's allocator events: ``internals.scratch_allocations_recorded``),
+    where ``device`` is not a GPU: on a GPU the profiler would trace the device too (CUPTI; its options are not
+    honoured in TensorFlow 2.21), and the reading there has had no GPU run yet. Elsewhere nothing is read."""
+    import contextlib
+
+    from ..core.scratch import kernel_scratch
+    from .graph import op_name_in_step
+    from .internals import scratch_allocations_recorded
+
+    if (device or "").upper().startswith("/GPU"):
+        return contextlib.nullcontext()
+    return scratch_allocations_recorded(lambda events: recorded(kernel_scratch(events, op_name_in_step)))
 
 
 class ExecutedGraphs:
@@ -91,8 +108,12 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
     suffix = device_suffix(device)
     brought_back = swapped_in(partitions, suffix)
 
+    scratch_output: dict[str, int] = {}  # a node whose kernel holds scratch -> the output that stands for it
+
     def describe(tensor):
         name, index = tensor
+        if scratch_output.get(name) == index:
+            return step.scratch_tensor(name, layer_of)
         if name in brought_back:
             return step.describe(*brought_back[name], layer_of, optimizer_scope, swapped=True)
         return step.describe(name, index, layer_of, optimizer_scope)
@@ -103,7 +124,9 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
             explained.append(None)
             continue
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
-                                                optimizer_after=step.optimizer_after)
+                                                optimizer_after=step.optimizer_after, scratch_of=step.scratch_of)
+        scratch_output.clear()
+        scratch_output.update({node.name: len(node.outputs) - 1 for node in nodes if step.scratch_of(node.name)})
         nodes = recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
@@ -140,7 +163,8 @@ class ExecutedStep:
     def __init__(self, partitions, device: str, traced: TracedStep):
         suffix = device_suffix(device)
         self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
-                                                          optimizer_after=traced.optimizer_after)
+                                                          optimizer_after=traced.optimizer_after,
+                                                          scratch_of=traced.scratch_of)
         self.nodes = recomputes_just_in_time(self.nodes)
         self._indexed = None  # the nodes numbered for the replays (IndexedGraph), at the first
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in

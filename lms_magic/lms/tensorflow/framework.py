@@ -30,6 +30,13 @@ class TensorFlowFramework(Framework):
 
         return [device_name(device.name) for device in tf.config.list_logical_devices()]
 
+    @staticmethod
+    def kernel_scratch_recorded(recorded, device=None):
+        """Each op's scratch in the block, from TensorFlow's profiler (``executed.kernel_scratch_recorded``)."""
+        from .executed import kernel_scratch_recorded
+
+        return kernel_scratch_recorded(recorded, device)
+
     @classmethod
     def prepare(cls, options: LmsOptions, stats: LmsStats, model=None) -> LmsOptions:
         """The device LMS relieves (given; else the first GPU, or the simulated accelerator; else None: no GPU),

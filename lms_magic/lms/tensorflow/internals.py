@@ -131,3 +131,77 @@ def layer_tree(model) -> tuple[str, dict]:
         return found
 
     return model.name, children(model)
+
+
+@contextlib.contextmanager
+def scratch_allocations_recorded(recorded: Callable) -> Iterator[None]:
+    """Calls ``recorded`` with the kernels' own allocations in the block (the region TensorFlow's profiler calls
+    "temp", each with the op that made it) and their frees, in time order, as ``core.scratch.Allocation``; where
+    the profiler cannot run (another session is on, as a ``TensorBoard(profile_batch=...)`` holds one), the block
+    runs and ``recorded`` is not called.
+
+    The events are read from the profile the public ``tf.profiler.experimental`` writes, with the profiler's
+    ``XSpace`` message (a TensorFlow proto outside its public API).
+    """
+    import glob
+    import tempfile
+
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory(prefix="lms_profile_") as folder:
+        try:
+            tf.profiler.experimental.start(folder)
+        except Exception:  # another profiler session, or none in this build
+            yield
+            return
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        events = []
+        for path in glob.glob(f"{folder}/plugins/profile/*/*.xplane.pb"):
+            with open(path, "rb") as file:
+                events += _scratch_events(xplane_pb2.XSpace.FromString(file.read()))
+        recorded([allocation for _, allocation in sorted(events, key=lambda event: event[0])])
+
+
+def _scratch_events(space) -> list:
+    """(time in ps, ``core.scratch.Allocation``) of each "temp" allocation in ``space`` (an XSpace) and of each
+    free of one: the fields read by their stats' metadata ids, a free's address alone (the first event kinds of a
+    step's tens of thousands)."""
+    from ..core.scratch import SCRATCH_REGION, Allocation
+
+    found, frees = [], []
+    for plane in space.planes:
+        kinds = {key: value.name == "MemoryDeallocation" for key, value in plane.event_metadata.items()
+                 if value.name in ("MemoryAllocation", "MemoryDeallocation")}
+        ids = {value.name: key for key, value in plane.stat_metadata.items()}
+        op_id, region_id = ids.get("tf_op"), ids.get("region_type")
+        bytes_id, address_id, temp_id = ids.get("allocation_bytes"), ids.get("addr"), ids.get(SCRATCH_REGION)
+        names = plane.stat_metadata
+        for line in plane.lines:
+            start_ps = line.timestamp_ns * 1000
+            for event in line.events:
+                freed = kinds.get(event.metadata_id)
+                if freed is None:
+                    continue
+                if freed:
+                    for stat in event.stats:
+                        if stat.metadata_id == address_id:
+                            frees.append((start_ps + event.offset_ps, stat.uint64_value or stat.int64_value))
+                            break
+                    continue
+                read = {stat.metadata_id: stat for stat in event.stats}
+                region = read.get(region_id)
+                if region is None or not (region.ref_value == temp_id and temp_id is not None or
+                                          region.str_value == SCRATCH_REGION):
+                    continue
+                op, nbytes, address = read.get(op_id), read.get(bytes_id), read.get(address_id)
+                op_name = "" if op is None else names[op.ref_value].name if op.ref_value in names else op.str_value
+                found.append((start_ps + event.offset_ps, Allocation(
+                    op_name, SCRATCH_REGION, 0 if nbytes is None else nbytes.uint64_value or nbytes.int64_value,
+                    0 if address is None else address.uint64_value or address.int64_value, False)))
+    temps = {allocation.address for _, allocation in found}
+    return found + [(time_ps, Allocation("", "", 0, address, True)) for time_ps, address in frees if address in temps]

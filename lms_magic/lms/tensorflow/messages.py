@@ -35,15 +35,32 @@ def why_nothing(plan: Plan) -> str:
     return "no swap lowers the peak the executed graphs predict"
 
 
-def fits_with_room(plan: Plan) -> str:
-    """Why nothing moves where the traced step fits the device with room (``TRUSTED_FIT`` of the usable bytes).
+def fits_with_room(plan: Plan, peak_bytes: int | None = None) -> str:
+    """Why nothing moves where the traced step fits the device with room (``TRUSTED_FIT`` of the usable bytes);
+    ``peak_bytes``: the traced step replayed with its kernels' scratch, as read in the first step.
 
     Example:
         >>> fits_with_room(Plan((), Rule.FITS_DEVICE, 2**20, 2**20, budget_bytes=8 * 2**20))
         'the step fits the device with room (1.0 MiB predicted on the traced graph, within 75% of the 8.0 MiB LMS plans to fill)'
     """
-    return (f"the step fits the device with room ({format_size(plan.peak_bytes)} predicted on the traced graph, "
-            f"within {TRUSTED_FIT:.0%} of the {format_size(plan.budget_bytes)} LMS plans to fill)")
+    held = f"{format_size(plan.peak_bytes)} predicted on the traced graph" if peak_bytes is None else \
+        f"{format_size(peak_bytes)} predicted on the traced graph with its kernels' scratch as measured"
+    return f"the step fits the device with room ({held}, within {TRUSTED_FIT:.0%} of the " \
+           f"{format_size(plan.budget_bytes)} LMS plans to fill)"
+
+
+def over_budget(where: str, peak_bytes: int, plan: Plan, scratch: bool) -> str:
+    """The note where, after a step, ``where`` predicts the step the traced graph fit above the plan's budget
+    (``scratch``: with each kernel's scratch as measured in it).
+
+    Example:
+        >>> over_budget("the traced graph", 9 * 2**20, Plan((), Rule.FITS_DEVICE, 2**20, 2**20, budget_bytes=8 * 2**20), True)
+        "the traced graph predicts 9.0 MiB with each kernel's scratch as measured, above the 8.0 MiB the traced step fit: every eligible tensor swapped in the next step, to plan on its graphs"
+    """
+    held = " with each kernel's scratch as measured" if scratch else ""
+    verb = "predict" if where.endswith("graphs") else "predicts"
+    return (f"{where} {verb} {format_size(peak_bytes)}{held}, above the {format_size(plan.budget_bytes)} the traced "
+            "step fit: every eligible tensor swapped in the next step, to plan on its graphs")
 
 
 def stepped_out(why: str) -> str:

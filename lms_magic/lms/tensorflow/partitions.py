@@ -32,7 +32,8 @@ def _tensor_name(node) -> str:
 def nodes_from_partitions(partition_graphs: Iterable, device: str,
                           size_of: Callable[[str, str, int], int | None],
                           priority_of: Callable[[str], float | None],
-                          undo_swaps: bool = False, optimizer_after: float | None = None) -> tuple[list[Node], list[str]]:
+                          undo_swaps: bool = False, optimizer_after: float | None = None,
+                          scratch_of: Callable[[str], int] | None = None) -> tuple[list[Node], list[str]]:
     """Builds replay nodes from partition graphs.
 
     Args:
@@ -47,15 +48,19 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
             copies and clones disappear.
         optimizer_after: the program position after which the optimizer's updates come (they run as soon as
             their gradient is ready: ``core.simulate.as_soon_as_ready``), or None.
+        scratch_of: the bytes node ``name``'s kernel holds beyond its outputs while it runs (measured:
+            ``core.scratch``), held as one more output that no node reads; None: none.
 
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
     """
     with collector_paused():
-        return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after)
+        return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after,
+                                      scratch_of)
 
 
-def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after):
+def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after,
+                           scratch_of=None):
     index = _PartitionIndex(partition_graphs, device)
     graph_nodes, sends, by_name, on_device = index.nodes, index.sends, index.by_name, index.on_device
     resolve, swapped_origin = index.resolve, index.swapped_origin
@@ -132,6 +137,9 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
                 source_op = source_node.op if source_node is not None else ""
                 size = 0 if source_op in FREE_OPS else size_of(source[0], source_op, source[1])
             outputs.append(size)  # None: filled in below from the inputs
+        scratch = scratch_of(node.name) if scratch_of is not None else 0
+        if scratch:  # the kernel's own buffers, held while it runs
+            outputs.extend([0] * (referenced.get(node.name, 0) - len(outputs)) + [scratch])
         alias = (-1 if node.op == "IdentityN" else 0) if node.op in ALIASING_OPS and data else None
         priority = priority_of(node.name)
         nodes.append(Node(node.name, tuple(outputs), tuple(data), tuple(control), on_device(node), alias,

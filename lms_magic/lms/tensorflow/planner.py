@@ -18,6 +18,7 @@ import tensorflow as tf
 from ...units import format_size
 from ..core.replan import budget_after_measuring
 from ..core.plan import PEAK_TOLERANCE, PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
+from ..core.scratch import KernelScratch
 from ..core.stats import LmsStats
 from ..options import LmsOptions
 from . import messages as _messages
@@ -204,13 +205,34 @@ class TracePlanner:
         return self.selection.n_tensors is PLANNED and self.stats.batch_size is not None and \
             plan.rule in (Rule.LOWEST_PEAK, Rule.BUDGET, Rule.FITS_DEVICE) and self.recompute != "only"
 
-    def trusted_fit(self, plan: Plan | None, batch: int | None, lean: bool) -> bool:
+    def trusted_fit(self, plan: Plan | None, batch: int | None, lean: bool, peak_bytes: int | None = None) -> bool:
         """Whether the traced step fits the device with room (``TRUSTED_FIT`` of the usable capacity), nothing
-        moves, and the traced step is the model's own (no lean gradient, recompute or backward order in it)."""
+        moves, and the traced step is the model's own (no lean gradient, recompute or backward order in it);
+        ``peak_bytes``: its peak replayed again (with its kernels' scratch), else the plan's."""
+        peak_bytes = plan.peak_bytes if peak_bytes is None and plan is not None else peak_bytes
         return (plan is not None and self.searched(plan) and plan.rule is Rule.FITS_DEVICE and not plan.moved
-                and plan.peak_bytes is not None and plan.budget_bytes is not None
-                and plan.peak_bytes <= TRUSTED_FIT * plan.budget_bytes
+                and peak_bytes is not None and plan.budget_bytes is not None
+                and peak_bytes <= TRUSTED_FIT * plan.budget_bytes
                 and not lean and self.recompute is False and not self.ordered.get(batch))
+
+    def scratch_figures(self, step: TracedStep, read: list, persistent: list, layer_of,
+                        optimizer_scope: str | None) -> dict | None:
+        """After a first step that read its kernels' scratch (``read``: ``executed.kernel_scratch_recorded``'s,
+        taken): the scratch held at each op of ``step``'s replays from now on (``TracedStep.with_scratch``), and
+        the step's figures with nothing moved replayed with it (``unmoved_figures``); None where none was read."""
+        batch = self.stats.batch_size or step.batch_size
+        if not (read and read[-1] and isinstance(batch, int)):
+            read.clear()
+            return None
+        step.with_scratch(KernelScratch({batch: read.pop()}))
+        return self.unmoved_figures(step, persistent, layer_of, optimizer_scope)
+
+    @staticmethod
+    def unmoved_figures(step: TracedStep, persistent: list, layer_of, optimizer_scope: str | None) -> dict:
+        """The stats of ``step`` with nothing moved, replayed again (after its kernels' scratch was read)."""
+        peak = step.explain([], persistent, layer_of, optimizer_scope)
+        return {"device_peak_bytes": peak["bytes"], "device_peak_bytes_without_lms": peak["bytes"], "peak": peak,
+                "peak_without_lms": peak, "traced_device_peaks": (peak["bytes"], peak["bytes"])}
 
     def _probes_first(self, graph) -> bool:
         """Whether the first step will probe whatever a plan on the traced graph says: the lowest-peak rule (no

@@ -119,6 +119,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
         self._lines: dict[tuple, object] = {}  # (lb, the moved tensors' names) -> LiveLines (or None: not lines)
         self._found_at_batch: dict[tuple[int, int], list] = {}  # (lb, batch) -> every candidate, eligible or not
         self._by_name: dict[tuple[int, int], dict] = {}  # (lb, traced batch) -> its candidates by tensor name
+        self.scratch = None  # each kernel's scratch as measured on the device (use_kernel_scratch), or None
 
     @functools.cached_property
     def _persistent(self) -> list:
@@ -130,6 +131,22 @@ class TensorFlowStepPredictor(PrefixPredictions):
     def persistent_bytes(self) -> int:
         """The bytes of the weights, optimizer state and metric variables."""
         return sum(tensor.nbytes for tensor in self._persistent)
+
+    def layer_path(self, op_name: str) -> str:
+        """The layers an op of the step was made in, outermost first ("model/block/attention")."""
+        return self._layer_of.path(op_name)
+
+    def use_kernel_scratch(self, scratch) -> None:
+        """Each kernel's scratch as measured (``core.scratch.KernelScratch``) held at its op in every replay from
+        now on (``TracedStep.with_scratch``); the replays made before are made again, and each batch size is
+        replayed (not read off lines: a scratch sized by the caches is not a line in the batch)."""
+        self.scratch = scratch
+        for step in {id(step): step for step in (*self._steps.values(), *self._plain.values())}.values():
+            step.with_scratch(scratch)
+        self._replays.clear()
+        self._lines.clear()
+        if scratch is not None and scratch.ops:  # a kernel's scratch need not be a line in the batch: replays
+            self._coincidences = None
 
     def trace(self, batch_size: int) -> TracedStep:
         """The train step at ``batch_size`` (once per batch size): traced, or with ``rescale_batches`` (and no
@@ -234,6 +251,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
         self.trace_s = time.perf_counter() - started
         plain = self._steps[batch_size] = self._plain[batch_size] = TracedStep(graph.get_operations(), batch_size,
                                                                                self.host_device, _input_bytes(specs))
+        plain.with_scratch(self.scratch)
         self._traced.append(batch_size)
         if self.order_backward:
             unordered, _ = find_candidates(plain.ops, self._layer_of, 1, batch_size)
@@ -241,6 +259,7 @@ class TensorFlowStepPredictor(PrefixPredictions):
                                                 self.selection)
             if ordered is not None:
                 self._steps[batch_size] = ordered.step
+                ordered.step.with_scratch(self.scratch)
                 self._orders[batch_size] = (ordering.rank_of(ordered.step), ordered.ordered)
 
     def _rescale_source(self):
@@ -258,8 +277,9 @@ class TensorFlowStepPredictor(PrefixPredictions):
                         if tensor.shape.rank is not None}
             self._source = ((first.batch_size, first), (self._traced[1], dims)) if same else False
             rescaled = Rescaled(first.batch_size, first.batch_size, *self._source[1]) if same else None
-            if same and all(rescaled.linear(name, dims) for _, outputs in first._output_table()
-                            for name, dims, _ in outputs if dims is not None):
+            if same and not (self.scratch and self.scratch.ops) and all(
+                    rescaled.linear(name, dims) for _, outputs in first._output_table()
+                    for name, dims, _ in outputs if dims is not None):
                 # None where the two steps walk in other orders, or an in-place choice differed: then no lines
                 self._coincidences = lines_hold(first.batch_size, first.indexed(), self._traced[1], second.indexed())
         return self._source or None

@@ -14,7 +14,7 @@ import dataclasses
 import tensorflow as tf
 
 from ..core.indexed import IndexedGraph
-from ..core.peak import LiveTensor, explain_peak
+from ..core.peak import SCRATCH_KIND, LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay_with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
                     is_recompute_op, kind_of_op, op_name_in_step, phase_of)
@@ -78,10 +78,12 @@ def _joins_when_ready(nodes: list[Node]) -> list[Node]:
 class TracedStep:
     """The ops of one traced train step, with sizes and program order."""
 
-    def __init__(self, ops, batch_size: int | None, host_device, input_bytes=(), ordered=None, known_dims=None):
+    def __init__(self, ops, batch_size: int | None, host_device, input_bytes=(), ordered=None, known_dims=None,
+                 scratch=None):
         """``host_device``: where swapped tensors wait; or a tuple of it and the devices whose ops are not
         this device's (the other replicas' under a distribution strategy): their buffers are not counted.
-        ``known_dims``: :meth:`known_dims` where the caller has them already (the same ops' trace)."""
+        ``known_dims``: :meth:`known_dims` where the caller has them already (the same ops' trace).
+        ``scratch``: each kernel's scratch as measured (:meth:`with_scratch`), or None."""
         self.ops = list(ops)
         self.ordered = ordered  # the backward order (core.order.Ordered) inserted in these ops, or None
         self.batch_size = batch_size
@@ -99,6 +101,9 @@ class TracedStep:
         self._sized_from: TracedStep | None = None  # the traced step this one is sized from (``at``)
         self._outputs: list | None = None  # each op's outputs as read from TensorFlow (_output_table)
         self._inferred: dict | None = known_dims  # shape inference's dimensions at an unknown-batch trace
+        self.scratch = scratch  # each kernel's scratch as measured (core.scratch.KernelScratch), or None
+        self._scratch_ops: dict[str, list[str]] | None = None  # traced op -> the measured ops it is (with_scratch)
+        self._scratch_at: tuple | None = None  # (batch, the measured scratch there by op), for scratch_of
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
         """The same ops sized at another ``batch_size`` (a :class:`~.rescale.Rescaled`): the ops' names, order and
@@ -108,6 +113,28 @@ class TracedStep:
         step._nodes = step._indexed = step._join_priority = None
         step._sized_from = self._sized_from or self
         return step
+
+    def with_scratch(self, scratch) -> None:
+        """Each kernel's scratch as measured (a ``core.scratch.KernelScratch``; None: none) held at its op in this
+        step's replays: an output of the op that no op reads, so it lives while the kernel runs (the replay's
+        nodes are made again)."""
+        self.scratch, self._scratch_ops, self._scratch_at = scratch, None, None
+        self._nodes = self._indexed = self._join_priority = None
+
+    def _scratch_by_op(self) -> dict[str, int]:
+        """The measured scratch at this step's batch, by traced op (a measured op found by its name less leading
+        scopes; one the trace does not hold, a fusion's, is left out)."""
+        batch = getattr(self.batch_size, "to", self.batch_size)
+        if self.scratch is None or not isinstance(batch, int):
+            return {}
+        if self._scratch_ops is None:
+            self._scratch_ops = {}
+            for measured in self.scratch.ops:
+                op = self._lookup(measured)
+                if op is not None:
+                    self._scratch_ops.setdefault(op.name, []).append(measured)
+        at = self.scratch.at(batch)
+        return {op: max(at[name] for name in names) for op, names in self._scratch_ops.items()}
 
     def indexed(self) -> IndexedGraph:
         """The replay's nodes numbered once for the searches' replays (core/indexed.py)."""
@@ -145,12 +172,16 @@ class TracedStep:
     def _output_bytes(self) -> list[tuple[int, ...]]:
         """Each op's outputs' bytes at this step's batch size (0 where unknown or where they hold no buffer),
         from the traced step's outputs as read once."""
-        known = self.known_dims()
-        return [(0,) * len(outputs) if free else
-                tuple(0 if dims is None else
-                      bytes_of(known.get(name) or dims_sized(name, dims, self.batch_size), itemsize) or 0
-                      for name, dims, itemsize in outputs)
-                for free, outputs in (self._sized_from or self)._output_table()]
+        known, scratch = self.known_dims(), self._scratch_by_op()
+        sizes = [(0,) * len(outputs) if free else
+                 tuple(0 if dims is None else
+                       bytes_of(known.get(name) or dims_sized(name, dims, self.batch_size), itemsize) or 0
+                       for name, dims, itemsize in outputs)
+                 for free, outputs in (self._sized_from or self)._output_table()]
+        if scratch:  # each kernel's scratch: one more output, read by no op
+            sizes = [sizes[index] + (scratch[op.name],) if op.name in scratch else sizes[index]
+                     for index, op in enumerate(self.ops)]
+        return sizes
 
     def _build_nodes(self) -> list[Node]:
         sizes = self._output_bytes()
@@ -205,6 +236,8 @@ class TracedStep:
                  swapped: bool = False) -> LiveTensor:
         """The tensor that output ``index`` of op ``name`` (traced or executed) holds: layer, shape, kind."""
         op = self._lookup(name)
+        if op is not None and index == len(op.outputs) and op.name in self._scratch_by_op():
+            return self.scratch_tensor(op.name, layer_of)
         if op is None or index >= len(op.outputs):
             return LiveTensor(name, _layer_path(layer_of, name), None, 0, kind_of_op(name, optimizer_scope, swapped))
         tensor = op.outputs[index]
@@ -212,6 +245,20 @@ class TracedStep:
             tuple(self.known_dims().get(tensor.name) or sized_dims(tensor, self.batch_size))
         return LiveTensor(tensor.name, _layer_path(layer_of, op.name), shape, 0,
                           kind_of_op(op.name, optimizer_scope, swapped, is_input=op.type in INPUT_OPS))
+
+    def scratch_tensor(self, name: str, layer_of) -> LiveTensor:
+        """What op ``name``'s kernel holds while it runs, as a tensor of the peak (its bytes are the replay's)."""
+        return LiveTensor(f"{op_name_in_step(name)} (kernel scratch)", _layer_path(layer_of, name), None, 0,
+                          SCRATCH_KIND)
+
+    def scratch_of(self, partition_name: str) -> int:
+        """The scratch an executed op's kernel holds at this step's batch (measured: ``with_scratch``), else 0."""
+        batch = getattr(self.batch_size, "to", self.batch_size)
+        if self.scratch is None or not isinstance(batch, int):
+            return 0
+        if self._scratch_at is None or self._scratch_at[0] != batch:
+            self._scratch_at = (batch, self.scratch.at(batch))
+        return self._scratch_at[1].get(op_name_in_step(partition_name), 0)
 
     def _lookup(self, partition_name: str):
         """The traced op an executed node comes from: its name, less leading scopes (never its bare last part)."""

@@ -188,8 +188,9 @@ class FitExplanation:
         elif self.modes and self.modes[0].fits is False:
             best = max(self.modes, key=lambda mode: (mode.largest_batch or 0, not mode.magic))
             how = f"with `{best.magic}` on the cell's first line" if best.magic else "without LMS"
-            lines.append(f"no way predicted to train batch {self.batch_size}: the largest batch that fits is "
-                         f"{best.largest_batch or 0}, {how}")
+            lines.append(f"no way predicted to train batch {self.batch_size}: " + (
+                f"the largest batch that fits is {best.largest_batch}, {how}" if best.largest_batch else
+                "no batch fits this device any way looked at, not even 1"))
         return lines
 
     def __str__(self) -> str:

@@ -138,8 +138,8 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
                 size = 0 if source_op in FREE_OPS else size_of(source[0], source_op, source[1])
             outputs.append(size)  # None: filled in below from the inputs
         scratch = scratch_of(node.name) if scratch_of is not None else 0
-        if scratch:  # the kernel's own buffers, held while it runs
-            outputs.extend([0] * (referenced.get(node.name, 0) - len(outputs)) + [scratch])
+        if scratch:  # the kernel's own buffers, held while it runs: an output after those read
+            outputs.append(scratch)
         alias = (-1 if node.op == "IdentityN" else 0) if node.op in ALIASING_OPS and data else None
         priority = priority_of(node.name)
         nodes.append(Node(node.name, tuple(outputs), tuple(data), tuple(control), on_device(node), alias,

@@ -94,6 +94,13 @@ def test_the_largest_batches_are_where_the_predictions_cross_the_device(devices)
     assert "%%lms_fit" in page and str(lms.largest_batch) in page
 
 
+def test_a_device_that_fits_no_batch_any_way_says_so(devices):
+    found = explain_fit(reference_cnn_small(), images(64, 32), batch_size=BATCH, capacity="256KiB",
+                        modes=("without LMS", "LMS"), confirm=False, **OPTIONS)
+    assert [mode.largest_batch for mode in found.modes] == [0, 0] and not found.suggestion
+    assert f"no way predicted to train batch {BATCH}: no batch fits this device any way looked at" in str(found)
+
+
 def test_the_largest_batch_without_lms_trains_within_the_device(simulated):
     """What a fit then confirms: TensorFlow's allocator at the largest batch found stays within the device. The
     replay alone misses some of what the allocator holds (a fit at its largest batch held 0.86-1.02 of this

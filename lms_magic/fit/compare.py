@@ -51,13 +51,14 @@ def _one_shot(data) -> bool:
 
 
 def _batch_size(data, kwargs) -> int | None:
-    """The samples a step of the fit takes: its ``batch_size``, Keras's 32 for arrays, or the leading dimension
-    of a dataset's first batch (tf.data, PyDataset, grain: read again, not consumed); None where not known."""
-    if kwargs.get("batch_size"):
-        return int(kwargs["batch_size"])
+    """The samples a step of the fit takes: its ``batch_size``, Keras's 32 for arrays (at most the arrays' samples:
+    a larger batch trains them all in one step), or the leading dimension of a dataset's first batch (tf.data,
+    PyDataset, grain: read again, not consumed); None where not known."""
     leaves = [leaf for leaf in keras.tree.flatten(data) if leaf is not None] if isinstance(data, (dict, list)) else [data]
-    if leaves and all(isinstance(leaf, np.ndarray) for leaf in leaves):
-        return 32  # Keras's default
+    arrays = bool(leaves) and all(isinstance(leaf, np.ndarray) and leaf.ndim for leaf in leaves)
+    if kwargs.get("batch_size") or arrays:
+        batch = int(kwargs.get("batch_size") or 32)  # Keras's default
+        return min(batch, len(leaves[0])) if arrays else batch
     if data is None or _one_shot(data):
         return None
     try:

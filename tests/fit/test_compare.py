@@ -85,6 +85,15 @@ def test_legacy_fit_generator_with_a_replayed_one_shot_generator(fit_shell):
     assert no_lms.samples_per_s and no_lms.batch_size == 8
 
 
+def test_samples_per_second_count_the_samples_a_step_took_where_the_batch_is_larger_than_the_data(fit_shell):
+    result = fit_shell.run_cell(f"%%lms_fit --compare -q -o {ON_CPUS}\n"
+                                "model.fit(x[:24], y[:24], batch_size=64, epochs=3, verbose=0)")
+    assert result.success, result.error_in_exec
+    for variant in result.result.variants:  # one step an epoch, of the 24 samples there are
+        assert variant.steps == 3 and variant.batch_size == 24
+        assert variant.samples_per_s == pytest.approx(24 / variant.time_per_step_s)
+
+
 class OutOfMemoryIn(keras.callbacks.Callback):
     """Raises TensorFlow's OOM error in the chosen variants, recognised by the LMS callback's presence."""
 

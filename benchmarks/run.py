@@ -133,13 +133,20 @@ def versions(python: str, code: Path) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+    """The CPU (its model, vector extensions: a kernel's scratch differs by them) and oneDNN's switch, the cores and
+    the system: every CPU figure names its machine."""
+    cpu, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+            lines = info.read().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+        flags = set(next(line.split(":", 1)[1] for line in lines if line.startswith("flags")).split())
     except (OSError, StopIteration):
         pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    vectors = "/".join(name for name in ("avx512f", "avx2", "avx") if name in flags).upper() or "no AVX"
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default")
+    return (f"{cpu} ({vectors}), {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
+            f"TF_ENABLE_ONEDNN_OPTS {onednn}")
 
 
 def run_one(bench: Benchmark, code: Path, logs: Path) -> tuple[list[dict], float, str]:

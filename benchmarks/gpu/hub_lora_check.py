@@ -4,11 +4,11 @@ convolutions (issue 61: what cuDNN's kernels hold beyond the graph's tensors), p
 Each trial is a fresh process. ``--model gemma`` builds KerasHub's ``GemmaCausalLM`` from a config (4 layers,
 hidden 256, 4 query / 1 key-value heads, vocabulary 4096, LoRA rank 4, AdamW, a weighted sparse-categorical
 accuracy), no preprocessor, and fits ``(x, y, sample_weight)`` with ``LMS(n_tensors=-1)`` (every candidate
-moved) and then plainly from the same
-seed. Printed per trial: the losses each way, what LMS moved, LMS's predicted peak with and without it, and the
-allocator's measured peak of each fit (PyTorch: ``max_memory_allocated`` over the steps after the first; JAX:
-``peak_bytes_in_use``, which cannot be reset, so the LMS fit runs first). ``--model cnn`` (PyTorch) asks
-``explain_fit`` for the plain step's peak at each batch and measures a plain fit there.
+moved) and plainly from the same
+seed, each fit in its own process. Printed per trial: the losses each way, what LMS moved, LMS's predicted peak
+with and without it, and the allocator's measured peak of each fit (PyTorch: ``max_memory_allocated`` over the
+steps after the first; JAX: ``peak_bytes_in_use`` of the process, which cannot be reset). ``--model cnn`` asks
+``explain_fit`` for the plain step's peak at each batch and measures a plain fit there (first).
 
     KERAS_BACKEND=torch python benchmarks/gpu/hub_lora_check.py --backend torch --model gemma --batch 8 16
 
@@ -84,7 +84,7 @@ if args["model"] == "gemma":
     mask = np.ones_like(ids); mask[:, 200:] = 0
     data = ({"token_ids": ids, "padding_mask": mask}, np.roll(ids, -1, axis=1), mask.astype("float32"))
     runs = {}
-    for way in ("lms", "plain"):
+    for way in args["ways"]:
         model = gemma(args["dtype"])
         peaks, lms = Peaks(), LMS(n_tensors=-1, verbose=0)
         start = time.perf_counter()
@@ -106,15 +106,15 @@ else:
     from lms_magic import explain_fit
     x = rng.random((batch * steps, 128, 128, 3), dtype="float32"); y = rng.integers(0, 10, batch * steps)
     model = cnn()
+    peaks = Peaks()  # first: JAX's peak is the process's, and explain_fit may measure steps at other batches
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[peaks])
+    found["measured"] = max([p for p in peaks.read if p] or [0]) or None
     try:
         explained = explain_fit(model, (x, y), batch_size=batch, capacity="64GiB", modes=("without LMS",),
                                 confirm=False)
         found["predicted"] = explained.modes[0].peak_bytes
     except Exception as error:
         found["predicted_error"] = f"{type(error).__name__}: {str(error)[:300]}"
-    peaks = Peaks()
-    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[peaks])
-    found["measured"] = max([p for p in peaks.read if p] or [0]) or None
 print("RESULT " + json.dumps(found, default=str))
 """
 
@@ -135,15 +135,18 @@ def main() -> None:
     dtypes = options.dtype if options.model == "gemma" else ["float32"]
     for dtype in dtypes:
         for batch in options.batch:
-            args = dict(backend=options.backend, model=options.model, dtype=dtype, batch=batch, device=options.device)
-            try:
-                done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True, text=True,
-                                      env=env, timeout=options.trial_timeout_s, cwd=ROOT)
-            except subprocess.TimeoutExpired:
-                print(f"trial {json.dumps(args)} timed out", flush=True)
-                continue
-            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-            print(lines[-1][7:] if lines else f"trial {json.dumps(args)} failed: {done.stderr[-1500:]}", flush=True)
+            for ways in ([["lms"], ["plain"]] if options.model == "gemma" else [[]]):
+                args = dict(backend=options.backend, model=options.model, dtype=dtype, batch=batch,
+                            device=options.device, ways=ways)
+                try:
+                    done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True,
+                                          text=True, env=env, timeout=options.trial_timeout_s, cwd=ROOT)
+                except subprocess.TimeoutExpired:
+                    print(f"trial {json.dumps(args)} timed out", flush=True)
+                    continue
+                lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+                print(lines[-1][7:] if lines else f"trial {json.dumps(args)} failed: {done.stderr[-1500:]}",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,27 @@ from __future__ import annotations
 from .residuals import shape_specs
 
 
-def compiled_bytes(inner, args) -> int | None:
+def places_apart() -> bool:
+    """Whether XLA keeps JAX's default device's memory apart from the host's: on a GPU or TPU, not on a CPU
+    (there one memory holds both, and a compiled step's figures count an offloaded value where it was).
+
+    Example:
+        >>> import jax
+        >>> places_apart() == (jax.devices()[0].platform != "cpu")
+        True
+    """
+    import jax
+
+    return jax.devices()[0].platform != "cpu"
+
+
+def compiled_bytes(inner, args, policy=None) -> int | None:
     """XLA's own figure for ``inner``'s value and gradient at ``args``' shapes (the step :func:`trace_step`
     replays), compiled for JAX's default device: ``memory_analysis()``'s arguments + outputs + temporaries -
-    aliased. None where the backend gives none. XLA fuses element-wise chains the replay keeps apart, on a GPU far
-    more than on a CPU, and there it rematerializes what does not fit its pool's limit
-    (docs/explain.md#where-it-runs).
+    aliased, on the device (what XLA keeps in host memory is not counted). None where the backend gives none.
+    XLA fuses element-wise chains the replay keeps apart, on a GPU far more than on a CPU, and there it
+    rematerializes what does not fit its pool's limit (docs/explain.md#where-it-runs). With ``policy`` (LMS's
+    ``jax.checkpoint`` policy, ``residuals.residual_policy``): the step LMS runs, with its offloads or recomputes.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -26,7 +41,7 @@ def compiled_bytes(inner, args) -> int | None:
 
     # inner's own value and gradient, not the replay's function under its jax.checkpoint: XLA sizes that one
     # for a step the replay does not run (on an H200, over twice what the step needed)
-    function = jax.value_and_grad(inner, has_aux=True)
+    function = jax.value_and_grad(inner if policy is None else jax.checkpoint(inner, policy=policy), has_aux=True)
     try:
         analysis = jax.jit(function).lower(*shape_specs(args)).compile().memory_analysis()
     except Exception:  # a backend without it
@@ -37,10 +52,10 @@ def compiled_bytes(inner, args) -> int | None:
                - analysis.alias_size_in_bytes)
 
 
-def compiled_step_bytes(inner, args, persistent) -> int | None:
+def compiled_step_bytes(inner, args, persistent, policy=None) -> int | None:
     """:func:`compiled_bytes` and the optimizer's state among ``persistent`` (``persistent.persistent_tensors``):
     the loss and gradient do not read it, the train step holds it. None where XLA gives no figure."""
-    compiled = compiled_bytes(inner, args)
+    compiled = compiled_bytes(inner, args, policy)
     if compiled is None:
         return None
     return compiled + sum(tensor.nbytes for tensor in persistent if tensor.kind == "optimizer_state")

@@ -45,8 +45,9 @@ class JaxStepPredictor(PrefixPredictions):
 
     compute_estimate = "XLA's FLOP count of the loss's value and gradient at the device's matrix-product rate"
     caveat = ("JAX: without LMS, the peak is XLA's compiled figure for this device; with LMS, a replay of the step's "
-              "operations, which XLA compiles its own way, on a GPU most: there the largest batches with LMS are "
-              "unchecked (docs/explain.md#where-it-runs)")
+              "operations, which XLA compiles its own way, on a GPU most: there LMS moves nothing where XLA's step "
+              "with the offloads holds more than the model's own (docs/jax.md#how-it-plans), and the largest "
+              "batches with LMS are unchecked")
     plain_peak_source = "XLA's compiled figure"
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):

@@ -172,7 +172,7 @@ def test_where_xlas_compiled_step_fits_the_device_nothing_moves(data, monkeypatc
 
     _capacity_between_lms_and_plain(monkeypatch, data)
     compiled = []
-    monkeypatch.setattr(xla, "compiled_bytes", lambda inner, args: compiled.append(args) or 1000)
+    monkeypatch.setattr(xla, "compiled_bytes", lambda inner, args, policy=None: compiled.append(args) or 1000)
     callback = LMS(min_bytes=0, verbose=0)
     _, plain = train(residual_bn_dropout, data, None, epochs=1)
     _, history = train(residual_bn_dropout, data, callback, epochs=1)
@@ -192,13 +192,59 @@ def test_where_xlas_compiled_step_does_not_fit_the_plan_stands(data, monkeypatch
 
     capacity = _capacity_between_lms_and_plain(monkeypatch, data)
     compiled, real = [], xla.compiled_bytes
-    monkeypatch.setattr(xla, "compiled_bytes", lambda inner, args: compiled.append(real(inner, args)) or compiled[-1])
+    monkeypatch.setattr(xla, "compiled_bytes",
+                        lambda inner, args, policy=None: compiled.append(real(inner, args, policy)) or compiled[-1])
     callback = LMS(min_bytes=0, verbose=0)
     train(residual_bn_dropout, data, callback, epochs=1)
     stats = callback.stats
     assert len(compiled) == 1 and compiled[0] > usable_bytes(capacity)
     assert stats.plan_rule is Rule.FITS_DEVICE and stats.swapped_tensors > 0
     assert not any("XLA's compiled step does" in note for note in stats.notes)
+
+
+def _xla_on_an_accelerator(monkeypatch, own_bytes, moved_bytes):
+    """XLA as on a GPU, whose compiled step holds ``own_bytes`` as the model's own and ``moved_bytes`` with LMS's
+    policy; the policies it was asked about, in a list."""
+    from lms_magic.lms.jax import compiled as xla
+
+    asked = []
+    monkeypatch.setattr(xla, "places_apart", lambda: True)
+    monkeypatch.setattr(xla, "compiled_bytes",
+                        lambda inner, args, policy=None: asked.append(policy) or (own_bytes if policy is None
+                                                                                  else moved_bytes))
+    return asked
+
+
+def test_where_xla_compiles_the_plan_to_hold_more_than_the_model_nothing_moves(data, monkeypatch):
+    """On an H100, XLA's step with every candidate of a Gemma-style model offloaded held more on the device than
+    the model's own (docs/jax.md): LMS compiles both, moves nothing where the plan's holds as much or more, and
+    says so; the fit is the model's own."""
+    asked = _xla_on_an_accelerator(monkeypatch, own_bytes=10 * 2**20, moved_bytes=14 * 2**20)
+    _, plain = train(residual_bn_dropout, data, None, epochs=1)
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+    model, history = train(residual_bn_dropout, data, callback, epochs=1)
+    stats = callback.stats
+    assert len(asked) == 2 and asked[0] is not None and asked[1] is None  # the plan's step and the model's, once
+    assert stats.swapped_tensors == 0 and stats.device_peak_bytes == stats.device_peak_bytes_without_lms
+    assert any("holds 14.0 MiB on the device, the model's own step 10.0 MiB: nothing moves" in n for n in stats.notes)
+    assert "XLA's compiled" in stats.prediction_source
+    assert history["loss"] == plain["loss"]
+    assert_model_plain(model)
+
+
+def test_where_xla_compiles_the_plan_to_hold_less_its_figures_are_the_prediction(data, monkeypatch):
+    """Where the plan's compiled step holds less than the model's own, it moves, and the figures LMS reports are
+    XLA's (the optimizer's state added), not the replay's."""
+    from lms_magic.lms.persistent import persistent_tensors
+
+    _xla_on_an_accelerator(monkeypatch, own_bytes=10 * 2**20, moved_bytes=6 * 2**20)
+    callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
+    model, _ = train(residual_bn_dropout, data, callback, epochs=1)
+    stats = callback.stats
+    state = sum(t.nbytes for t in persistent_tensors(model) if t.kind == "optimizer_state")
+    assert stats.swapped_tensors > 0
+    assert (stats.device_peak_bytes, stats.device_peak_bytes_without_lms) == (6 * 2**20 + state, 10 * 2**20 + state)
+    assert "XLA's compiled" in stats.prediction_source
 
 
 def test_the_framework_hands_lms_a_backend_class():

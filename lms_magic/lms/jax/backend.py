@@ -53,6 +53,13 @@ def memory_kinds() -> set[str]:
         return {"device"}
 
 
+def host_memory_kind() -> str | None:
+    """The host memory kind LMS offloads to on JAX's default device: pinned where it has one, else unpinned, else
+    None (nothing to offload to)."""
+    kinds = memory_kinds()
+    return "pinned_host" if "pinned_host" in kinds else "unpinned_host" if "unpinned_host" in kinds else None
+
+
 class JaxBackend:
     """One fit's LMS on the JAX backend, for the ``LMS`` callback (see the module's docstring).
 
@@ -77,8 +84,7 @@ class JaxBackend:
             self.recompute = False
         stats.update(active=True, backend="jax", lb_counts="XLA's schedule")
         self._kinds = kinds = memory_kinds()
-        self.host_kind = "pinned_host" if "pinned_host" in kinds else "unpinned_host" if "unpinned_host" in kinds \
-            else None
+        self.host_kind = host_memory_kind()
         if self.recompute is False and self.host_kind is None:
             stats.notes.append(f"the device has no host memory to offload to (its memory kinds: {sorted(kinds)}): "
                                "the planned values are recomputed instead")

@@ -8,17 +8,18 @@ offloaded or recomputed, memoised. ``lb`` changes nothing here: XLA schedules th
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ... import internals
 from ..core.plan import Selection
 from ..persistent import persistent_tensors
-from ..core.prediction import PrefixPredictions
+from ..core.prediction import Prediction, PrefixPredictions
 from ..options import compiled_model, whole_number
-from .compiled import compiled_step_bytes
+from . import compiled as xla
 from .traced import JaxStep
 from .rescale import rescaled
-from .residuals import differentiated, named_residuals, trace_step
+from .residuals import differentiated, named_residuals, residual_policy, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):
@@ -44,10 +45,9 @@ class JaxStepPredictor(PrefixPredictions):
     """
 
     compute_estimate = "XLA's FLOP count of the loss's value and gradient at the device's matrix-product rate"
-    caveat = ("JAX: without LMS, the peak is XLA's compiled figure for this device; with LMS, a replay of the step's "
-              "operations, which XLA compiles its own way, on a GPU most: there LMS moves nothing where XLA's step "
-              "with the offloads holds more than the model's own (docs/jax.md#how-it-plans), and the largest "
-              "batches with LMS are unchecked")
+    caveat = ("JAX: without LMS, the peak is XLA's compiled figure for this device; with LMS, on a CPU a replay of "
+              "the step's operations, on a GPU or TPU XLA's step compiled with the plan's offloads (nothing moved "
+              "where that holds more: docs/jax.md#how-it-plans); there the largest batches with LMS are unchecked")
     plain_peak_source = "XLA's compiled figure"
 
     def __init__(self, model, sample, selection: Selection | None = None, recompute=False):
@@ -64,6 +64,7 @@ class JaxStepPredictor(PrefixPredictions):
         self._traced: list[int] = []  # the batch sizes traced, in order (the others are rescaled from two)
         self._eligible: dict[int, list] = {}
         self._compiled: dict[int, int] = {}
+        self._compiled_moved: dict[tuple[int, int], int | None] = {}  # (batch size, count) -> XLA's figure
 
     def _inner_and_args(self, batch_size: int):
         import jax
@@ -134,8 +135,41 @@ class JaxStepPredictor(PrefixPredictions):
 
     def _compiled_bytes(self, batch_size: int) -> int:
         inner, args = self._inner_and_args(batch_size)
-        compiled = compiled_step_bytes(inner, args, self._persistent)
-        return self.predict(0, 1, batch_size).peak_bytes if compiled is None else compiled
+        compiled = xla.compiled_step_bytes(inner, args, self._persistent)
+        replayed = PrefixPredictions.predict  # where XLA gives no figure (not this class's, which reads this one)
+        return replayed(self, 0, 1, batch_size).peak_bytes if compiled is None else compiled
+
+    def predict(self, n_tensors: int | None = -1, lb: int = 1, batch_size: int = 32) -> Prediction:
+        """The replay's prediction (``PrefixPredictions.predict``); on a GPU or TPU, held to XLA as LMS holds its
+        plan (``backend.JaxBackend``): the step with the first ``n_tensors`` candidates offloaded (or recomputed)
+        compiled, against the model's own (:meth:`plain_peak_bytes`, also the figure with nothing moved); where it
+        holds as much or more on the device, nothing moves. Compiled once per batch size and count."""
+        prediction = super().predict(n_tensors, lb, batch_size)
+        if n_tensors is None or not xla.places_apart():
+            return prediction
+        own = self.plain_peak_bytes(batch_size)
+        if not prediction.n_tensors:
+            return dataclasses.replace(prediction, peak_bytes=own, peak_bytes_without_lms=own)
+        key = (batch_size, prediction.n_tensors)
+        if key not in self._compiled_moved:
+            self._compiled_moved[key] = self._compiled_moved_bytes(batch_size, prediction.n_tensors)
+        moved = self._compiled_moved[key]
+        if moved is None:
+            return prediction
+        if moved >= own:
+            return Prediction(batch_size, 0, lb, own, own, 0, prediction.candidates, self.persistent_bytes)
+        return dataclasses.replace(prediction, peak_bytes=moved, peak_bytes_without_lms=own)
+
+    def _compiled_moved_bytes(self, batch_size: int, count: int) -> int | None:
+        from jax.ad_checkpoint import Offloadable, Recompute
+
+        from .backend import host_memory_kind
+
+        names = frozenset(c.tensor for c in self.eligible(1, batch_size)[:count])
+        host = host_memory_kind()
+        to = Recompute if self.recompute == "only" or host is None else Offloadable(src="device", dst=host)
+        inner, args = self._inner_and_args(batch_size)
+        return xla.compiled_step_bytes(named_residuals(inner), args, self._persistent, residual_policy(names, to))
 
     def eligible(self, lb: int, batch_size: int) -> list:
         whole_number("lb", lb, 1)

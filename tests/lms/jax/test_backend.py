@@ -247,6 +247,27 @@ def test_where_xla_compiles_the_plan_to_hold_less_its_figures_are_the_prediction
     assert "XLA's compiled" in stats.prediction_source
 
 
+@pytest.mark.parametrize("moved_mib", [14, 6])
+def test_explain_fits_figures_with_lms_are_held_to_xla_as_lms_holds_its_plan(data, monkeypatch, moved_mib):
+    """One model of the device: on a GPU, the predictor explain_fit and %lms_tune read gives, for a plan, what LMS
+    would then do: XLA's figures where the plan's compiled step holds less, nothing moved where it holds more."""
+    from lms_magic.lms.jax.predictor import JaxStepPredictor
+    from lms_magic.lms.persistent import persistent_tensors
+
+    _xla_on_an_accelerator(monkeypatch, own_bytes=10 * 2**20, moved_bytes=moved_mib * 2**20)
+    model = residual_bn_dropout()
+    predictor = JaxStepPredictor(model, (data[0][:2], data[1][:2]))
+    state = sum(t.nbytes for t in persistent_tensors(model) if t.kind == "optimizer_state")
+    prediction = predictor.predict(-1, 1, 16)
+    assert prediction.peak_bytes_without_lms == 10 * 2**20 + state
+    if moved_mib >= 10:
+        assert (prediction.n_tensors, prediction.swapped_bytes_per_step) == (0, 0)
+        assert prediction.peak_bytes == prediction.peak_bytes_without_lms
+    else:
+        assert prediction.n_tensors == prediction.candidates > 0 and prediction.peak_bytes == 6 * 2**20 + state
+    assert predictor.predict(0, 1, 16).peak_bytes == 10 * 2**20 + state
+
+
 def test_the_framework_hands_lms_a_backend_class():
     """What tests/lms/test_framework.py checks of TensorFlow's, for this backend (imported here, not in that run)."""
     from lms_magic.lms.framework import framework

@@ -120,6 +120,16 @@ def lms_options(devices):
 
 
 @pytest.fixture
+def costly_copies(monkeypatch):
+    """A host link so slow (1 kB/s) that a probe's extra copies outlast a retrace: the plan LMS searches on the
+    probe's graphs is traced again (where the copies hide, the probe's swaps stand instead)."""
+    from lms_magic.memory import bandwidth
+
+    slow = bandwidth.LinkBandwidth(1e3, 1e3, "a test's slow link")
+    monkeypatch.setattr(bandwidth, "host_link_bandwidth", lambda: slow)
+
+
+@pytest.fixture
 def accelerator_memory(monkeypatch, devices):
     """Gives the simulated accelerator a capacity (``lms_magic.simulate_accelerator(memory=...)``; the tests'
     CPU is split already, so the call only marks it simulated and sets the memory), put back as it was after the

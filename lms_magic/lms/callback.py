@@ -134,6 +134,7 @@ class LMS(keras.callbacks.Callback):
         self._counter, self._held_before = None, 0
         self._checking = False  # a step whose plan is checked has begun, and is not acted on yet
         self._planning_since: float | None = None  # when the first step whose plan is checked began
+        self._steps_begun = 0  # this fit's steps so far
         self._process = (0, 1)  # this process's index among those training together, and their count
 
     @property
@@ -174,7 +175,7 @@ class LMS(keras.callbacks.Callback):
 
     # -- Keras hooks -------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
-        self._checking, self._planning_since = False, None
+        self._checking, self._planning_since, self._steps_begun = False, None, 0
         self._restore()
         LmsTrainFunction.remove_from(self._keras_model)  # left by a fit that ended between a batch begin and its step
         framework = chosen_framework()
@@ -208,6 +209,7 @@ class LMS(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if self._checking:
             self._step_checked()
+        self._steps_begun += 1
         if self._function is not None:
             self._function.arm()
             if self._summary_due:
@@ -228,6 +230,10 @@ class LMS(keras.callbacks.Callback):
         if self._function is None or not self._summary_due:
             return
         measured = None if self._counter is None else max(0, self._counter.read()[1] - self._held_before)
+        steps = (self.params or {}).get("steps")
+        self.stats.update(steps_left=steps * (self.params.get("epochs") or 1) - self._steps_begun if steps else None,
+                          checked_step_s=None if self._planning_since is None
+                          else time.perf_counter() - self._planning_since)
         action = self._backend.first_step_done() if measured is None else self._backend.first_step_done(measured)
         if action is Action.RETRACE:  # the next step traces the backend's new plan, and is checked in turn
             self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)

@@ -61,3 +61,15 @@ class StepCost:
             return 1.0
         # never below 1.0: where the copies hide, forward + backward is the compute, but not always to the last bit
         return max(1.0, self.step_s(moved_bytes) / self.compute_s)
+
+
+def extra_copies_s(cost: StepCost, moved_bytes: int, planned_bytes: int, steps: int) -> float:
+    """The time ``moved_bytes`` moved each step adds over ``planned_bytes``, over ``steps`` steps (0 where the
+    copies of both hide under the compute): what keeping a probe's swaps costs against tracing the plan again.
+
+    Example:
+        >>> cost = StepCost(compute_s=0.3, source="measured", to_host_bytes_per_s=10e9, to_device_bytes_per_s=10e9)
+        >>> extra_copies_s(cost, int(0.5e9), int(0.1e9), steps=100), round(extra_copies_s(cost, int(4e9), 0, 10), 2)
+        (0.0, 5.0)
+    """
+    return cost.compute_s * (cost.ratio(moved_bytes) - cost.ratio(planned_bytes)) * steps

@@ -70,6 +70,10 @@ class LmsStats:
     compute_s: float | None = None  # the plain step's compute time the ratio is made with
     compute_source: str | None = None  # "measured: ..." or "estimated: ..."
     planning_s: float | None = None  # the plan search's time (TensorFlow)
+    # while a step's plan is checked: the fit's steps after it (None where Keras does not know them), and the time
+    # since that step began (its trace, run and check so far)
+    steps_left: int | None = None
+    checked_step_s: float | None = None
     # the first step of the plan that runs, read from the device's allocator (a GPU's): the weights and optimizer
     # state plus the step's peak over what the device held before it; None where not read
     measured_step_peak_bytes: int | None = None

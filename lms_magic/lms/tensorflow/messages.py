@@ -83,3 +83,10 @@ def batch_notes(batch: int | None, source: str | None) -> list[str]:
         return [f"TensorFlow traces this data with an unknown batch size (a last batch smaller than the others, a "
                 f"generator, tf.data without drop_remainder): LMS planned for batches of {batch} ({source})"]
     return []
+
+
+def probe_kept(swapped: int, planned: int, extra_s: float, steps_left: int, retrace_s: float) -> str:
+    """The note where the first step's swaps (every eligible tensor) stand rather than a retrace for the plan."""
+    return (f"the first step's {swapped} swaps stand (the plan would move {planned}): their extra copies add about "
+            f"{extra_s:.1f} s over the {steps_left} steps left by the step-time model, a second trace about "
+            f"{retrace_s:.1f} s")

@@ -215,17 +215,16 @@ class TracePlanner:
                 and peak_bytes <= TRUSTED_FIT * plan.budget_bytes
                 and not lean and self.recompute is False and not self.ordered.get(batch))
 
-    def scratch_figures(self, step: TracedStep, read: list, persistent: list, layer_of,
-                        optimizer_scope: str | None) -> dict | None:
+    def scratch_attached(self, step: TracedStep, read: list) -> bool:
         """After a first step that read its kernels' scratch (``read``: ``executed.kernel_scratch_recorded``'s,
-        taken): the scratch held at each op of ``step``'s replays from now on (``TracedStep.with_scratch``), and
-        the step's figures with nothing moved replayed with it (``unmoved_figures``); None where none was read."""
+        taken): the scratch held at each op of ``step``'s replays from now on (``TracedStep.with_scratch``); whether
+        any was read (then ``unmoved_figures`` replays the step with it)."""
         batch = self.stats.batch_size or step.batch_size
         if not (read and read[-1] and isinstance(batch, int)):
             read.clear()
-            return None
+            return False
         step.with_scratch(KernelScratch({batch: read.pop()}))
-        return self.unmoved_figures(step, persistent, layer_of, optimizer_scope)
+        return True
 
     @staticmethod
     def unmoved_figures(step: TracedStep, persistent: list, layer_of, optimizer_scope: str | None) -> dict:

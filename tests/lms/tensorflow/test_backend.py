@@ -258,7 +258,7 @@ def counted_traces(model, traces: list | None = None) -> list:
     return traces
 
 
-def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_again(lms_options):
+def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_again(lms_options, costly_copies):
     """Keras traces the train step twice when the first trace creates variables: here the layers' own (a Sequential
     without an input shape is built in its first trace, which LMS leaves to Keras) and Adam's slots."""
     keras.utils.set_random_seed(3)
@@ -277,7 +277,26 @@ def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_agai
     assert all(any(name.endswith(record.swap_in) for name in swap_ins) for record in callback.stats.records)
 
 
-def test_the_model_state_is_built_before_the_first_trace_so_a_probing_fit_traces_once_per_plan(lms_options):
+def test_where_the_probes_copies_hide_in_the_steps_left_its_swaps_stand_and_the_step_is_traced_once(lms_options):
+    """A retrace of a large step takes seconds (a KerasHub causal LM's about as long as its first step), while
+    copies that hide under the compute cost no step time: over a short fit the probe's swaps stand (every eligible
+    tensor), said with both times, the step traced once, the training a plain fit's, the peak below no LMS."""
+    plain, with_lms = models.residual_bn_dropout(), models.residual_bn_dropout()
+    for model in (plain, with_lms):
+        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    traces = counted_traces(with_lms)
+    callback = LMS(**{**lms_options, "n_tensors": None})
+    expected, history = fit(plain), fit(with_lms, [callback])
+    stats = callback.stats
+    assert len(traces) == 1 and stats.plan_rule is Rule.LOWEST_PEAK
+    kept = next(note for note in stats.notes if "swaps stand" in note)
+    assert f"the first step's {stats.swapped_tensors} swaps stand" in kept and "steps left" in kept
+    assert 0 < stats.device_peak_bytes < stats.device_peak_bytes_without_lms
+    assert_same_training((plain, expected), (with_lms, history))
+
+
+def test_the_model_state_is_built_before_the_first_trace_so_a_probing_fit_traces_once_per_plan(lms_options,
+                                                                                               costly_copies):
     """Keras builds the optimizer's slots and the metrics inside the first trace, and TensorFlow then traces the
     step again; LMS builds them first (as Keras does under a distribution strategy): the probe is traced once, the
     plan once, and the fit trains as a plain one does."""
@@ -418,7 +437,7 @@ def test_where_the_first_fit_stepped_out_the_second_steps_out_after_one_step_unp
     assert any("nothing moves from the second step on" in note for note in second.stats.notes)
 
 
-def test_where_it_does_not_the_fewest_bytes_that_fit_move(accelerator_memory, reference_peaks):
+def test_where_it_does_not_the_fewest_bytes_that_fit_move(accelerator_memory, reference_peaks, costly_copies):
     plain_peak, all_swapped_peak = reference_peaks
     usable = (plain_peak + all_swapped_peak) // 2
     accelerator_memory(capacity_for(usable))

@@ -33,7 +33,7 @@ def executed_op_names(stats):
     return [node.name for graph in stats.partition_graphs for node in graph.node]
 
 
-def test_the_hybrid_plan_recomputes_part_of_the_default_plan_and_swaps_less_at_the_same_peak(devices):
+def test_the_hybrid_plan_recomputes_part_of_the_default_plan_and_swaps_less_at_the_same_peak(devices, costly_copies):
     """A residual model with BatchNormalization and Dropout: the default plan's tensors, some recomputed from
     the normalizations' inputs (brought back at the recompute's gate) instead of crossing the host link. 56
     rows: the last batch (8) is traced again, and trains as the others do."""

@@ -39,7 +39,8 @@ def fit(devices, budget, allocator=None):
     return callback.stats, history
 
 
-def test_a_plan_whose_first_step_held_more_than_allowed_is_made_again_for_what_the_device_holds(devices):
+def test_a_plan_whose_first_step_held_more_than_allowed_is_made_again_for_what_the_device_holds(devices,
+                                                                                               costly_copies):
     # a budget between the step without LMS and with every candidate swapped: the plan moves some of them
     plain_stats, _ = fit(devices, budget=None)
     persistent = plain_stats.persistent_bytes

@@ -93,7 +93,7 @@ def test_a_layer_called_twice_trains_as_without_the_order(devices):
     assert all(np.array_equal(a, b) for a, b in zip(weights, plain_weights))
 
 
-def test_the_trace_keras_makes_again_is_ordered_and_swaps_as_the_first(devices):
+def test_the_trace_keras_makes_again_is_ordered_and_swaps_as_the_first(devices, costly_copies):
     """Adam creates its variables in the first trace, so Keras traces the step twice: the second (the one that
     runs) must hold the first's order and every swap of the probe, or the plan is made on a step that swapped
     fewer tensors than it says."""

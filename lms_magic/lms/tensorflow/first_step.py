@@ -215,13 +215,18 @@ class FirstStepChecks:
         return Action.RETRACE
 
     def _step_out(self, why: str) -> Action:
-        """Nothing moves from the next step on: the model trains with its own train function."""
+        """Nothing moves from the next step on: the model trains with its own train function; or, where the step
+        that ran moved and changed nothing (nor was XLA turned off for it), that step runs on: it is the model's
+        own, and Keras's function would be traced again (a large step's first-step time once more)."""
         stats = self.stats
-        stats.notes = [note for note in stats.notes if note != self.jit_note] + [_messages.stepped_out(why)]
+        own = (not stats.swapped_tensors + stats.recomputed_tensors and self._lean is None
+               and not self.planner.ordered.get(stats.batch_size) and not internals.jit_compile_requested(self.model))
+        note = _messages.kept_own(why) if own else _messages.stepped_out(why)
+        stats.notes = [n for n in stats.notes if n != self.jit_note] + [note]
         stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
                      lean_layers=0, ordered_layers=0, plan=[], records=[],
                      device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
-        return Action.STEP_OUT
+        return Action.KEEP if own else Action.STEP_OUT
 
     def _fits_with_room_kept(self) -> Action:
         """The traced step fits the device with room: no probe, nothing moved (with XLA: the model's own step)."""

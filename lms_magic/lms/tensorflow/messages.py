@@ -69,6 +69,12 @@ def stepped_out(why: str) -> str:
             "XLA where it was compiled so)")
 
 
+def kept_own(why: str) -> str:
+    """The note where LMS's first step moved nothing and that step, the model's own, runs on."""
+    return (f"{why}: nothing moves from the second step on, and the step LMS traced runs on unchanged (the model's "
+            "own: no second trace)")
+
+
 def batch_notes(batch: int | None, source: str | None) -> list[str]:
     """What the user should know about the batch size a plan was sized for (``source``: where it came from).
 

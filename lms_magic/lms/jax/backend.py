@@ -140,12 +140,9 @@ class JaxBackend:
         return compute
 
     def _policy(self, chosen: frozenset):
-        from jax.ad_checkpoint import Offloadable, Recompute
+        from .residuals import moved_policy
 
-        from .residuals import residual_policy
-
-        return residual_policy(chosen, Recompute if self.recompute == "only" else Offloadable(src="device",
-                                                                                              dst=self.host_kind))
+        return moved_policy(chosen, self.recompute, self.host_kind)
 
     # -- the plan --------------------------------------------------------------------------------
     def _variable_splits(self) -> list | None:

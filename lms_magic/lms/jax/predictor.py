@@ -19,7 +19,7 @@ from ..options import compiled_model, whole_number
 from . import compiled as xla
 from .traced import JaxStep
 from .rescale import rescaled
-from .residuals import differentiated, named_residuals, residual_policy, trace_step
+from .residuals import differentiated, moved_policy, named_residuals, trace_step
 
 
 class JaxStepPredictor(PrefixPredictions):
@@ -161,15 +161,12 @@ class JaxStepPredictor(PrefixPredictions):
         return dataclasses.replace(prediction, peak_bytes=moved, peak_bytes_without_lms=own)
 
     def _compiled_moved_bytes(self, batch_size: int, count: int) -> int | None:
-        from jax.ad_checkpoint import Offloadable, Recompute
-
         from .backend import host_memory_kind
 
         names = frozenset(c.tensor for c in self.eligible(1, batch_size)[:count])
-        host = host_memory_kind()
-        to = Recompute if self.recompute == "only" or host is None else Offloadable(src="device", dst=host)
         inner, args = self._inner_and_args(batch_size)
-        return xla.compiled_step_bytes(named_residuals(inner), args, self._persistent, residual_policy(names, to))
+        policy = moved_policy(names, self.recompute, host_memory_kind())
+        return xla.compiled_step_bytes(named_residuals(inner), args, self._persistent, policy)
 
     def eligible(self, lb: int, batch_size: int) -> list:
         whole_number("lb", lb, 1)

@@ -69,6 +69,21 @@ def residual_policy(moved: frozenset = frozenset(), to=None):
     return policy
 
 
+def moved_policy(moved: frozenset, recompute, host_kind: str | None):
+    """:func:`residual_policy` for LMS's plan: the ``moved`` names offloaded to ``host_kind`` memory, or recomputed
+    where ``recompute`` is "only" or there is no host memory kind (None). One policy for the step LMS runs and for
+    the steps the predictor compiles.
+
+    Example:
+        >>> callable(moved_policy(frozenset({"tanh:1"}), False, "pinned_host"))
+        True
+    """
+    from jax.ad_checkpoint import Offloadable, Recompute
+
+    offload = recompute != "only" and host_kind is not None
+    return residual_policy(moved, Offloadable(src="device", dst=host_kind) if offload else Recompute)
+
+
 def shape_specs(args):
     """``args`` with each array (anything with a shape) as a ``jax.ShapeDtypeStruct``: tracing and compiling
     need no values."""

@@ -1,13 +1,15 @@
-"""On a GPU with JAX: what LMS's offloading step holds against a plain step, and why (issue 60).
+"""On a GPU with JAX: what LMS's offloading step holds against a plain step, and which naming of the values
+XLA compiles lower (issue 60).
 
 Each trial is a fresh process fitting KerasHub's Gemma-style causal LM with LoRA (``hub_lora_check.py``'s setup)
-one way: ``plain``, ``lms`` (every candidate offloaded) or ``lms-nocse`` (the same with ``jax.checkpoint``'s
-``prevent_cse=False``). Printed per trial: the allocator's peak of the process (``peak_bytes_in_use``) and, for
-the LMS ways, XLA's ``memory_analysis()`` of the loss and gradient LMS traced, compiled four ways: as the model's
-own (``own``), under LMS's policy with the planned values offloaded (``offloaded``), the same with
-``prevent_cse=False`` (``offloaded_nocse``), with every value not offloaded saveable
-(``offloaded_rest_saveable``), and under the policy with nothing offloaded (``saved``). The trials
-run side by side (each peak is its own process's).
+one way: ``plain``; ``lms`` (``LMS(n_tensors=-1)`` as shipped: every floating-point value named, every candidate
+planned for offload, held to XLA's compiled figures); ``lms-dots`` (the same with only the outputs of matrix
+products and convolutions named: every other value is recomputed from them in the backward pass, as JAX's
+``dots_saveable`` policy does, and XLA fuses it); ``lms-dots-lhs`` (the same with XLA's latency-hiding scheduler).
+Printed per trial: the loss, the allocator's peak of the process (``peak_bytes_in_use``), what LMS moved and
+its notes, and for ``lms`` XLA's ``memory_analysis()`` of the loss and gradient compiled as the model's own
+(``own``), as LMS planned it before XLA's check (``plan``), and with the matrix products named: nothing
+offloaded (``dots_saved``), every one offloaded (``dots_offloaded``). The trials run side by side.
 
     python benchmarks/gpu/jax_offload_check.py --batch 8 16
 """
@@ -25,24 +27,47 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 TRIAL = r"""
-import functools, json, sys, time
+import json, os, sys, time
 args = json.loads(sys.argv[1])
-import jax, keras, numpy as np
+if args["way"].endswith("-lhs"):
+    os.environ["XLA_FLAGS"] = "--xla_gpu_enable_latency_hiding_scheduler=true"
+import jax, jax.numpy as jnp, keras, numpy as np
+from jax.ad_checkpoint import checkpoint_name, Offloadable
 from lms_magic import LMS
-from lms_magic.lms.jax import backend as jax_backend
-from lms_magic.lms.jax.residuals import residual_policy, shape_specs
+from lms_magic.lms.jax import backend as jax_backend, internals as jax_internals, residuals
+from lms_magic.lms.jax.residuals import moved_policy, residual_name, residual_policy, shape_specs
 
-if args["way"] == "lms-nocse":
-    checkpoint = jax.checkpoint
-    jax.checkpoint = lambda fun, **kw: checkpoint(fun, **{**kw, "prevent_cse": False})
+HEAVY = ("dot_general", "conv_general_dilated")
 
-captured = []
-plan = jax_backend.JaxBackend._plan
-def recording(self, inner, step_args):
-    chosen = plan(self, inner, step_args)
-    captured.append((inner, shape_specs(step_args), chosen, self.host_kind))
-    return chosen
-jax_backend.JaxBackend._plan = recording
+def named_heavy(inner):
+    # residuals.named_residuals with only the matrix products' and convolutions' outputs named
+    def named(*step_args):
+        leaves, tree = jax.tree_util.tree_flatten(step_args)
+        closed, shapes = jax.make_jaxpr(lambda *flat: inner(*jax.tree_util.tree_unflatten(tree, flat)),
+                                        return_shape=True)(*leaves)
+        jaxpr, values = closed.jaxpr, {}
+        read = lambda var: var.val if type(var).__name__ == "Literal" else values[var]
+        values.update(zip(jaxpr.constvars, closed.consts)); values.update(zip(jaxpr.invars, leaves))
+        for index, eqn in enumerate(jaxpr.eqns):
+            outputs = jax_internals.jaxpr_equation_bound(eqn, [read(var) for var in eqn.invars])
+            if eqn.primitive.name in HEAVY:
+                outputs = [checkpoint_name(o, residual_name(eqn, index)) if jnp.issubdtype(o.dtype, jnp.floating)
+                           else o for o in outputs]
+            values.update(zip(eqn.outvars, outputs))
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), [read(v) for v in jaxpr.outvars])
+    return named
+
+raw, planned = [], []
+naming = residuals.named_residuals
+def recording(inner):
+    raw.append(inner)
+    return named_heavy(inner) if args["way"].startswith("lms-dots") else naming(inner)
+residuals.named_residuals = recording
+held = jax_backend.JaxBackend._held_to_xla
+def held_recording(self, plan, inner, step_args, own):
+    planned.append((inner, shape_specs(step_args), frozenset(c.tensor for c in plan.moved), self.host_kind))
+    return held(self, plan, inner, step_args, own)
+jax_backend.JaxBackend._held_to_xla = held_recording
 
 import keras_hub
 keras.mixed_precision.set_global_policy(args["dtype"])
@@ -66,25 +91,24 @@ found = {"args": args, "loss": history.history["loss"][-1], "fit_s": time.perf_c
 if args["way"] != "plain":
     s = lms.stats
     found.update(moved=s.swapped_tensors, moved_bytes=s.swapped_bytes_per_step, predicted=s.device_peak_bytes,
-                 predicted_without=s.device_peak_bytes_without_lms, notes=s.notes[:3])
-    from jax.ad_checkpoint import Offloadable
-    inner, specs, chosen, host = captured[0]
+                 predicted_without=s.device_peak_bytes_without_lms, notes=s.notes[:3],
+                 planned=len(planned[0][2]) if planned else None)
+if args["way"] == "lms" and planned:
+    inner, specs, chosen, host = planned[0]
     def analysed(function):
         try:
             a = jax.jit(function).lower(*specs).compile().memory_analysis()
-            return {k: getattr(a, k) for k in dir(a) if k.endswith("_in_bytes")}
+            return {k: getattr(a, k) for k in ("temp_size_in_bytes", "host_temp_size_in_bytes", "argument_size_in_bytes",
+                                               "output_size_in_bytes", "alias_size_in_bytes")}
         except Exception as error:
             return f"{type(error).__name__}: {str(error)[:200]}"
-    offload = residual_policy(chosen, Offloadable(src="device", dst=host))
+    heavy = named_heavy(raw[0])
+    everything = lambda prim, *_, **kw: Offloadable(src="device", dst=host) if prim.name == "name" else False
     found["analysis"] = {
-        "own": analysed(jax.value_and_grad(inner, has_aux=True)),
-        "offloaded": analysed(jax.value_and_grad(jax.checkpoint(inner, policy=offload), has_aux=True)),
-        "offloaded_nocse": analysed(jax.value_and_grad(jax.checkpoint(inner, policy=offload, prevent_cse=False),
-                                                       has_aux=True)),
-        "offloaded_rest_saveable": analysed(jax.value_and_grad(jax.checkpoint(inner, policy=lambda prim, *_, **kw:
-            Offloadable(src="device", dst=host) if prim.name == "name" and kw.get("name") in chosen else True),
-            has_aux=True)),
-        "saved": analysed(jax.value_and_grad(jax.checkpoint(inner, policy=residual_policy()), has_aux=True)),
+        "own": analysed(jax.value_and_grad(raw[0], has_aux=True)),
+        "plan": analysed(jax.value_and_grad(jax.checkpoint(inner, policy=moved_policy(chosen, False, host)), has_aux=True)),
+        "dots_saved": analysed(jax.value_and_grad(jax.checkpoint(heavy, policy=residual_policy()), has_aux=True)),
+        "dots_offloaded": analysed(jax.value_and_grad(jax.checkpoint(heavy, policy=everything), has_aux=True)),
     }
 print("RESULT " + json.dumps(found, default=str))
 """
@@ -94,8 +118,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", nargs="+", default=["float32", "mixed_bfloat16"])
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
-    parser.add_argument("--ways", nargs="+", default=["plain", "lms", "lms-nocse"])
-    parser.add_argument("--parallel", type=int, default=6)
+    parser.add_argument("--ways", nargs="+", default=["plain", "lms", "lms-dots", "lms-dots-lhs"])
+    parser.add_argument("--parallel", type=int, default=8)
     parser.add_argument("--trial-timeout-s", type=float, default=180)
     options = parser.parse_args()
     env = {**os.environ, "KERAS_BACKEND": "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",

@@ -1,7 +1,7 @@
 """The framework versions LMS is tested with, and the check that refuses others before anything changes.
 
-LMS reaches into Keras's, TensorFlow's and JAX's internals (the ``internals.py`` files); outside the range below
-it refuses to start rather than fail half-way.
+LMS reaches into Keras's, TensorFlow's and JAX's internals (``internals/`` and the backends' ``internals.py``);
+outside the range below it refuses to start rather than fail half-way.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import importlib
 import os
 import re
 
-# The framework versions whose private attributes the internals.py files are known to reach (the LMS tests
+# The framework versions whose private attributes the internals modules are known to reach (the LMS tests
 # pass on each end of the range); outside it LMS refuses to start rather than fail half-way.
 # PyTorch is not checked: the PyTorch backend uses only its public saved-tensor hooks.
 SUPPORTED = {"tensorflow": ("2.17", "2.21"), "keras": ("3.5", "3.15")}

@@ -23,7 +23,7 @@ from .. import samples as _samples
 from ..core.plan import Plan
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
-from ..memo import PLANS, RememberedPlan, options_key
+from ..memo import PLANS, options_key
 from ..options import LmsOptions
 from ..persistent import persistent_tensors
 from . import internals as tf_internals
@@ -32,7 +32,7 @@ from . import hybrid as _hybrid
 from . import lean as _lean
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
-from .first_step import RETRACES_PER_PLAN, FirstStepChecks
+from .first_step import CheckState, FirstStepChecks, Phase
 from .graph import replica_prefix
 from .planner import TracePlanner
 from .traced import TracedStep
@@ -70,14 +70,10 @@ class TensorFlowBackend(FirstStepChecks):
         self._plan: Plan | None = None
         self._budget_checked = False
         self._graphs = _executed.ExecutedGraphs()
-        self._probe_peak = None  # the executed graphs' figures with the probe's swaps, where they were read
         self._scratch_read: list = []  # the kernels' scratch the first step held, until read (_check_first_step)
-        self._probing = False  # the step being checked swaps every eligible candidate, to plan on its graphs
-        self._retraces, self._retrace_limit = 0, RETRACES_PER_PLAN  # the retraces so far, and how many a plan may take
+        self.check = CheckState()  # the first step's checks: phase, retraces, the probe's figures, the memo's key
         self._persistent_tensors = None
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
-        self._memo_key = None  # what this fit's plan is remembered under (memo.py)
-        self._remembered: RememberedPlan | None = None  # the plan of an earlier fit, where this fit reuses it
         self._options_key = options_key(options)  # what of the options the remembered plan depends on
         self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them
         self._state_built = False  # the model's state built before the first trace (train_function)
@@ -100,7 +96,7 @@ class TensorFlowBackend(FirstStepChecks):
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
             if self._graphs.wanted:  # the graphs TensorFlow instantiates in this step; its kernels' scratch once
-                if self._retraces == 0:
+                if self.check.retraces == 0:
                     stack.enter_context(_executed.kernel_scratch_recorded(self._scratch_read.append, self.device))
                 stack.enter_context(tf_internals.collected_function_graphs(self._graphs.collected))
             if self._lean is not None:
@@ -167,7 +163,7 @@ class TensorFlowBackend(FirstStepChecks):
         if self.stats.records is None and self.planner.searched(plan) and (plan.moved or plan.budget_bytes is None):
             # the first step probes (where the plan has a budget or capacity to fit, only if the traced step does not)
             chosen_items = [by_tensor[c.tensor] for c in self.selection.eligible(item.candidate for item in candidates)]
-            self._probing = True
+            self.check.phase = Phase.PROBE
         if self.stats.records is not None:
             self._insert(graph, ops, chosen_items, candidates)  # a retrace: same rule, stats from the first
             return
@@ -197,16 +193,17 @@ class TensorFlowBackend(FirstStepChecks):
             return False
         batch = self.planner.batch_size(data)
         candidates, _ = self.planner.candidates(ops, batch)  # kept: the plan is made on them where none is recalled
-        self._memo_key = (batch, tuple((item.candidate.tensor, item.candidate.shape) for item in candidates),
+        self.check.memo_key = (batch, tuple((item.candidate.tensor, item.candidate.shape) for item in candidates),
                           self._options_key, self.stats.capacity_bytes)
-        remembered = PLANS.recall(self.model, self._own_function, self._memo_key)
+        remembered = PLANS.recall(self.model, self._own_function, self.check.memo_key)
         by_tensor = {item.candidate.tensor: item for item in candidates}
         if remembered is None or not all(name in by_tensor for name in remembered.moved):
             return False
         tf_internals.graph_collection_stopped()
         self._graphs.not_wanted()
         records = self._insert(graph, ops, [by_tensor[name] for name in remembered.moved], candidates)
-        self._chosen[batch], self.candidates, self._remembered = list(remembered.moved), candidates, remembered
+        self._chosen[batch], self.candidates = list(remembered.moved), candidates
+        self.check.phase, self.check.remembered = Phase.REUSED, remembered
         remembered.taken_over(self.stats, "at this batch: nothing planned, probed or replayed again",
                               records=records, planning_s=0.0, plans_tried=0)
         return True
@@ -214,7 +211,7 @@ class TensorFlowBackend(FirstStepChecks):
     def _insert(self, graph, ops, items, candidates) -> list:
         """Moves ``items`` off the device in the traced step ``ops`` of ``graph`` (``recompute.move_off``)."""
         return _recompute.move_off(graph, ops, items, self.host_device, self.recompute, self._hybrid, candidates,
-                                   self._probing)
+                                   self.check.phase is Phase.PROBE)
 
     def _record(self, records) -> None:
         """The swaps and recomputes as inserted: stats' records (every replica's) and the counts and plan rows
@@ -242,7 +239,7 @@ class TensorFlowBackend(FirstStepChecks):
                 attempt.remove()
             return False
         records = self._insert(graph, ops, [by_tensor[name] for name in self._chosen[batch]], candidates)
-        if self._retraces:
+        if self.check.retraces:
             self._record(records)
         if self._graphs.wanted and self.step is not None:  # the executed graphs to read are this trace's
             self.step = TracedStep(graph.get_operations()[start:], batch, self._elsewhere, self.step.input_bytes,

@@ -10,6 +10,8 @@ this; it reads the backend's plan, stats and traced step.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import time
 
@@ -26,25 +28,66 @@ from . import messages as _messages
 RETRACES_PER_PLAN = 2  # the retraces a plan may take (as many more after a measured step re-plans)
 
 
+class Phase(enum.Enum):
+    """What the step being checked runs (the first step of a fit, and the first after each retrace)."""
+
+    PLANNED = "the plan"  # the traced plan (or nothing moved), checked on its executed graphs
+    PROBE = "the probe"  # every eligible candidate swapped, so the plan is made on the graphs TensorFlow executed
+    REUSED = "an earlier fit's plan"  # taken over (memo.py): this fit ends as that one did, nothing checked
+
+
+@dataclasses.dataclass
+class CheckState:
+    """Where the first step's checks stand on TensorFlow: the phase, the retraces so far and how many the plan
+    may take, the probe's figures once read, and what the plan is remembered under for later fits.
+
+    Example:
+        >>> state = CheckState()
+        >>> state.retraced(probing=True); state.phase, state.may_retrace()
+        (<Phase.PROBE: 'the probe'>, True)
+        >>> state.retraced(probing=False); state.may_retrace()
+        False
+    """
+
+    phase: Phase = Phase.PLANNED
+    retraces: int = 0
+    retrace_limit: int = RETRACES_PER_PLAN
+    probe_peak: dict | None = None  # the executed graphs' figures with the probe's swaps, where they were read
+    memo_key: tuple | None = None  # what this fit's plan is remembered under (memo.py)
+    remembered: RememberedPlan | None = None  # with Phase.REUSED: the earlier fit's plan
+
+    def may_retrace(self) -> bool:
+        return self.retraces < self.retrace_limit
+
+    def retraced(self, probing: bool) -> None:
+        """The train function is made again; its first step runs the probe or a plan."""
+        self.phase, self.retraces, self.probe_peak = Phase.PROBE if probing else Phase.PLANNED, self.retraces + 1, None
+
+    def replanning(self) -> None:
+        """A measured step re-plans: as many retraces again."""
+        self.retrace_limit = self.retraces + RETRACES_PER_PLAN
+
+
 class FirstStepChecks:
     """The decisions after a checked step, for ``TensorFlowBackend`` (which holds the state they read: ``_plan``,
-    ``stats``, ``step``, ``planner``, ``_graphs``, ``_chosen``, ``_retraces``, ``_probing``)."""
+    ``stats``, ``step``, ``planner``, ``_graphs``, ``_chosen`` and ``check``, a :class:`CheckState`)."""
 
     def first_step_done(self, measured_step_bytes: int | None = None) -> Action:
         """After the first LMS step (and the first after a retrace): the plan checked (``_check_first_step``), then
         against the allocator's ``measured_step_bytes`` where the callback read them (``_check_measured``) and,
         once it stands, remembered for later fits; where this fit reuses a plan, what that fit ended with."""
-        if self._remembered is not None:
-            remembered, self._remembered = self._remembered, None
-            return Action.STEP_OUT if remembered.stepped_out else Action.KEEP
+        check = self.check
+        if check.phase is Phase.REUSED:
+            check.phase = Phase.PLANNED
+            return Action.STEP_OUT if check.remembered.stepped_out else Action.KEEP
         action = self._check_first_step()
         if action is Action.KEEP and measured_step_bytes is not None:
             action = self._check_measured(measured_step_bytes)
-        if action is not Action.RETRACE and self._memo_key is not None and self._retraces < RETRACES_PER_PLAN:
+        if action is not Action.RETRACE and check.memo_key is not None and check.retraces < RETRACES_PER_PLAN:
             moved = () if action is Action.STEP_OUT else self._chosen.get(self.stats.batch_size, ())
-            PLANS.remember(self.model, self._own_function, self._memo_key,
+            PLANS.remember(self.model, self._own_function, check.memo_key,
                            RememberedPlan(tuple(moved), self.stats, action is Action.STEP_OUT))
-            self._memo_key = None
+            check.memo_key = None
         return action
 
     def _check_measured(self, step_bytes: int) -> Action:
@@ -53,7 +96,7 @@ class FirstStepChecks:
         note = self.planner.measured(step_bytes, self._plan)
         if note is None:
             return Action.KEEP
-        self._retrace_limit = self._retraces + RETRACES_PER_PLAN
+        self.check.replanning()
         return self._retrace(self._eligible_names(), probing=True, note=note)
 
     def _eligible_names(self) -> list[str]:
@@ -67,7 +110,7 @@ class FirstStepChecks:
         again = functools.cache(lambda: self.planner.unmoved_figures(  # replayed only where read
             self.step, self._persistent(), self._layer_of, self._optimizer_scope()) if scratch else None)
         plan = self._plan
-        if self._retraces == 0 and plan is not None and not plan.moved and self.planner.trusted_fit(
+        if self.check.retraces == 0 and plan is not None and not plan.moved and self.planner.trusted_fit(
                 plan, self.stats.batch_size, self._lean is not None, again() and again()["device_peak_bytes"]):
             self._graphs.not_wanted()
             self.stats.update(again() or {})
@@ -83,9 +126,9 @@ class FirstStepChecks:
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(_messages.why_nothing(self._plan))
             return Action.KEEP
-        searching = self._plan is not None and self.planner.searched(self._plan) and self._retraces < self._retrace_limit
+        searching = self._plan is not None and self.planner.searched(self._plan) and self.check.may_retrace()
         # a probe's own figures are read only where its plan stands: not replayed before the search says so
-        probe = searching and self._probing
+        probe = searching and self.check.phase is Phase.PROBE
         try:
             with_lms, without_lms, unknown = self._executed_peaks(partitions, with_lms=not probe)
         except Exception as error:  # a prediction must never stop training
@@ -108,10 +151,10 @@ class FirstStepChecks:
                 self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
                                         f"{error}): the first step's swaps stand")
             if probe and action is Action.KEEP:  # the probe's swaps stand: its own figures
-                with_lms = self._probe_peak or self._executed_peaks(partitions, without_lms=False)[0]
+                with_lms = self.check.probe_peak or self._executed_peaks(partitions, without_lms=False)[0]
                 self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
         elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
-                self._retraces < self._retrace_limit:  # a plan given by a count: its first step swapped it
+                self.check.may_retrace():  # a plan given by a count: its first step swapped it
             action = self._hybrid_check(lambda: _executed.ExecutedStep(partitions, self.device, self.step),
                                         with_lms["bytes"])
         cost = self.planner.cost
@@ -141,7 +184,7 @@ class FirstStepChecks:
         with the other swaps undone; a retrace where it differs, LMS out where it moves nothing. After a
         step that ran the plan (or nothing, where the traced step fit the device): the check."""
         plan = self._plan
-        if not self._probing:
+        if self.check.phase is not Phase.PROBE:
             if self._over_budget(plain_peak_bytes, "the executed graphs"):
                 return Action.RETRACE
             moved = self.stats.swapped_tensors + self.stats.recomputed_tensors
@@ -159,14 +202,14 @@ class FirstStepChecks:
         try:
             plan = self.planner.search(held, executed.transient_peak)
         except BudgetError:
-            self._probing = False
+            self.check.phase = Phase.PLANNED
             return Action.KEEP  # no plan fits the budget on these graphs: the probe's swaps stand
         self.stats.update(planning_s=(self.stats.planning_s or 0) + time.perf_counter() - started)
         self.stats.notes = [note for note in self.stats.notes if not note.startswith("no swap lowers the predicted peak")]
         names = [candidate.tensor for candidate in plan.moved]
         kept = self._probe_kept(plan, partitions) if names and names != self._chosen[self.stats.batch_size] else None
         if kept is not None:
-            self._probing = False
+            self.check.phase = Phase.PLANNED
             self.stats.notes.append(kept)
             return Action.KEEP
         self._plan = plan
@@ -176,7 +219,7 @@ class FirstStepChecks:
         if self._hybrid is not None:
             self.stats.notes.append(self._hybrid.choose(executed, names, self.candidates, plan.peak_bytes))
         if names == self._chosen[self.stats.batch_size] and (self._hybrid is None or self._hybrid.state != "on"):
-            self._probing = False
+            self.check.phase = Phase.PLANNED
             return Action.KEEP
         return self._retrace(names, probing=False, note=(
             f"planned on the graphs TensorFlow executed in the first step, which swapped every eligible tensor: "
@@ -192,8 +235,8 @@ class FirstStepChecks:
         extra_s = extra_copies_s(cost, self.stats.swapped_bytes_per_step, plan.moved_bytes, left)
         if extra_s >= retrace_s:
             return None
-        self._probe_peak = self._executed_peaks(partitions, without_lms=False)[0]
-        if self._probe_peak["bytes"] > (plan.budget_bytes if plan.budget_bytes is not None else plan.peak_bytes):
+        self.check.probe_peak = self._executed_peaks(partitions, without_lms=False)[0]
+        if self.check.probe_peak["bytes"] > (plan.budget_bytes if plan.budget_bytes is not None else plan.peak_bytes):
             return None
         return _messages.probe_kept(self.stats.swapped_tensors, len(plan.moved), extra_s, left, retrace_s)
 
@@ -210,7 +253,7 @@ class FirstStepChecks:
         """The train function made again (by the callback) with ``names`` swapped; its first step is checked."""
         self.stats.notes.append(note)
         self._chosen[self.stats.batch_size] = names
-        self._probing, self._retraces, self._probe_peak = probing, self._retraces + 1, None
+        self.check.retraced(probing)
         self._graphs.want()
         return Action.RETRACE
 

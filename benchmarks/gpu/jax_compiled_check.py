@@ -34,7 +34,7 @@ def main() -> None:
     predictor = JaxStepPredictor(model, sample)
     print("device:", jax.devices()[0].device_kind, flush=True)
     for batch in options.batches:
-        inner, args = predictor._inner_and_args(batch)
+        inner, args = predictor.step_function(batch)
         checkpointed, specs = differentiated(inner, args)
         functions = (("checkpointed", checkpointed), ("plain", jax.value_and_grad(inner, has_aux=True)))
         for name, function in functions[1:] if options.plain_only else functions:

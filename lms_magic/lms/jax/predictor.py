@@ -66,7 +66,10 @@ class JaxStepPredictor(PrefixPredictions):
         self._compiled: dict[int, int] = {}
         self._compiled_moved: dict[tuple[int, int], int | None] = {}  # (batch size, count) -> XLA's figure
 
-    def _inner_and_args(self, batch_size: int):
+    def step_function(self, batch_size: int):
+        """``(inner, args)``: Keras's ``compute_loss_and_updates`` as LMS's step differentiates it, and the shapes of
+        its arguments at ``batch_size`` (the variables', the sample's batched): what :meth:`trace` traces and XLA
+        compiles."""
         import jax
 
         model = self.model
@@ -105,12 +108,18 @@ class JaxStepPredictor(PrefixPredictions):
                 step = rescaled(self._steps[first], first, self._steps[second], second, batch_size, types)
             if step is None:
                 started = time.perf_counter()
-                inner, args = self._inner_and_args(batch_size)
+                inner, args = self.step_function(batch_size)
                 step = trace_step(named_residuals(inner), args, self._layer_types)
                 self.trace_s = time.perf_counter() - started
                 self._traced.append(batch_size)
             self._steps[batch_size] = step
         return self._steps[batch_size]
+
+    def traced_anew(self, batch_size: int) -> JaxStep:
+        """The step traced at ``batch_size`` itself, never read off two traces: what :meth:`trace`'s rescaled
+        steps are held to. Not kept."""
+        inner, args = self.step_function(batch_size)
+        return trace_step(named_residuals(inner), args, self._layer_types)
 
     def plain_peak_bytes(self, batch_size: int) -> int:
         """XLA's own figure for the step without LMS at ``batch_size``: the loss and gradient compiled for JAX's
@@ -134,7 +143,7 @@ class JaxStepPredictor(PrefixPredictions):
         return self._compiled[batch_size]
 
     def _compiled_bytes(self, batch_size: int) -> int:
-        inner, args = self._inner_and_args(batch_size)
+        inner, args = self.step_function(batch_size)
         compiled = xla.compiled_step_bytes(inner, args, self._persistent)
         replayed = PrefixPredictions.predict  # where XLA gives no figure (not this class's, which reads this one)
         return replayed(self, 0, 1, batch_size).peak_bytes if compiled is None else compiled
@@ -164,7 +173,7 @@ class JaxStepPredictor(PrefixPredictions):
         from .backend import host_memory_kind
 
         names = frozenset(c.tensor for c in self.eligible(1, batch_size)[:count])
-        inner, args = self._inner_and_args(batch_size)
+        inner, args = self.step_function(batch_size)
         policy = moved_policy(names, self.recompute, host_memory_kind())
         return xla.compiled_step_bytes(named_residuals(inner), args, self._persistent, policy)
 
@@ -188,4 +197,4 @@ class JaxStepPredictor(PrefixPredictions):
         its default device (``compute.py``): a lower bound on the step's compute time. ``device`` is unused."""
         from .compute import device_flops_per_s, step_flops
 
-        return step_flops(*differentiated(*self._inner_and_args(batch_size))) / device_flops_per_s()
+        return step_flops(*differentiated(*self.step_function(batch_size))) / device_flops_per_s()

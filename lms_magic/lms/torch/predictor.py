@@ -132,6 +132,13 @@ class TorchStepPredictor(PrefixPredictions):
         return offloader.candidates, [position[c.tensor] for c in reads if c.tensor in position], \
             flops.get_total_flops()
 
+    def measured_run(self, batch_size: int) -> tuple[list[Candidate], list[int], int]:
+        """A run of the step at ``batch_size`` itself, never read off the two runs: its saved activations (forward
+        order), the backward pass's reads of them (as positions), and the bytes of every tensor it made, at their
+        most. What :meth:`plain_peak_bytes` and the step read off the two runs are held to."""
+        candidates, reads, _ = self._run(batch_size)
+        return candidates, reads, self._measured[batch_size]
+
     def plain_peak_bytes(self, batch_size: int) -> int:
         """The step's peak without LMS at ``batch_size``: the weights and optimizer state, and every tensor the step
         makes (activations, their gradients, the weights' gradients, temporaries), counted after each operator of
@@ -202,11 +209,11 @@ class TorchStepPredictor(PrefixPredictions):
         """The step's matrix FLOPs at ``batch_size`` (read off the two runs' counts) at the device's measured
         matrix-product rate: a lower bound on the step's compute time."""
         (_, _, low_flops), (_, _, high_flops) = self._runs
-        return max(0.0, float(PROBES.at(low_flops, high_flops, batch_size))) / _device_flops_per_s()
+        return max(0.0, float(PROBES.at(low_flops, high_flops, batch_size))) / device_flops_per_s()
 
 
 @functools.cache
-def _device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
+def device_flops_per_s(size: int = 1024, repeats: int = 3) -> float:
     """PyTorch's float32 matrix-product rate on the default device (FLOP/s), timed once per process: the median of
     ``repeats`` products of two ``size`` x ``size`` matrices, after one warm-up."""
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -54,22 +54,20 @@ def test_an_offloaded_value_leaves_no_copy_on_the_device(capsys):
     backward pass (JAX's own list, with their memory kinds), none but the variables and the batch stays on the
     device. Under the policy before, each operation's own output stayed there beside the named copy offloaded
     (76 of 86 MiB at the issue's size)."""
-    import types
 
     import jax
     from jax.ad_checkpoint import print_saved_residuals
 
-    from lms_magic.lms.jax.backend import JaxBackend
-    from lms_magic.lms.jax.residuals import named_residuals
+    from lms_magic.lms.jax.residuals import moved_policy, named_residuals
     from lms_magic.lms.jax.predictor import JaxStepPredictor
     from tests.hub import language_model, tokens
 
     model = language_model("gpt2", layers=1, hidden=32, sequence=32)
     x, y = tokens("gpt2", n=4, sequence=32)
     predictor = JaxStepPredictor(model, (jax.tree_util.tree_map(lambda a: a[:2], x), y[:2]))
-    inner, args = predictor._inner_and_args(4)
+    inner, args = predictor.step_function(4)
     moved = frozenset(c.tensor for c in predictor.trace(4).candidates)
-    policy = JaxBackend._policy(types.SimpleNamespace(recompute=False, host_kind="pinned_host"), moved)
+    policy = moved_policy(moved, False, "pinned_host")
     capsys.readouterr()
     print_saved_residuals(jax.checkpoint(named_residuals(inner), policy=policy), *args)
     kept = capsys.readouterr().out.splitlines()

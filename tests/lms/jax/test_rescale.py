@@ -5,7 +5,6 @@ import jax
 import pytest
 
 from lms_magic.lms.jax.predictor import JaxStepPredictor
-from lms_magic.lms.jax.residuals import named_residuals, trace_step
 
 from ..torch.models import residual_bn_dropout
 
@@ -30,8 +29,7 @@ def test_a_batch_size_read_off_two_traces_predicts_what_its_own_trace_does(build
     predictor.trace(4), predictor.trace(6)
     read_off = predictor.trace(40)
     assert predictor.traced_batches == (4, 6)  # 40 was not traced
-    inner, args = predictor._inner_and_args(40)
-    traced = trace_step(named_residuals(inner), args, predictor._layer_types)
+    traced = predictor.traced_anew(40)
     assert [(c.tensor, c.shape, c.nbytes) for c in read_off.candidates] == \
         [(c.tensor, c.shape, c.nbytes) for c in traced.candidates]
     by_name = {c.tensor: c for c in traced.candidates}

@@ -40,7 +40,7 @@ def test_explain_fit_leaves_torchs_random_numbers_as_they_were():
 
     from lms_magic.lms.torch import predictor
 
-    predictor._device_flops_per_s.cache_clear()  # timed again here, as in a fresh process
+    predictor.device_flops_per_s.cache_clear()  # timed again here, as in a fresh process
     model, data = residual_bn_dropout(), images()  # (made with a seed: the global generator set here)
     state = torch.get_rng_state()
     lms_magic.explain_fit(model, data, batch_size=16, capacity="2MiB")
@@ -50,12 +50,12 @@ def test_explain_fit_leaves_torchs_random_numbers_as_they_were():
 def test_a_batch_read_off_the_two_runs_is_the_run_at_that_batch():
     x, y = images()
     predictor = TorchStepPredictor(residual_bn_dropout(), (x[:2], y[:2]))
-    eligible, read_off = predictor._step(16)
-    run, reads, _ = predictor._run(16)
+    eligible = predictor.eligible(1, 16)
+    run, reads, _ = predictor.measured_run(16)
     assert [(c.layer, c.shape, c.nbytes) for c in eligible] == [(c.layer, c.shape, c.nbytes) for c in run]
     ran = SavedTensorStep(run, [run[i] for i in reads])
     for count in (0, len(run) // 2, len(run)):
-        assert read_off.transient_peak(eligible[:count]) == ran.transient_peak(run[:count])
+        assert predictor.transient_peak(1, 16, count) == ran.transient_peak(run[:count])
 
 
 def test_the_replay_without_lms_is_what_lms_predicts_in_its_first_step():
@@ -82,8 +82,7 @@ def test_the_peak_without_lms_read_off_two_runs_is_a_run_at_that_batch():
     for model, sample, batches in cases:
         predictor = TorchStepPredictor(model, sample)
         for batch in batches:
-            predictor._run(batch)
-            ran = predictor.persistent_bytes + predictor._measured[batch]
+            ran = predictor.persistent_bytes + predictor.measured_run(batch)[2]
             assert abs(predictor.plain_peak_bytes(batch) - ran) <= 0.01 * ran, (batch, predictor.plain_peak_bytes(batch), ran)
 
 

@@ -25,7 +25,7 @@ import statistics
 import subprocess
 import sys
 
-from common import CODE, Figure, child_env, fit_step_peaks, report
+from common import CODE, Figure, child_env, fit_step_peaks, report, split_tensorflow_cpu
 
 MODELS = {  # name: (device memory, the batch explain_fit is asked, the batches compared with fresh processes)
     "unet": ("96MiB", 32, (8, 12, 24)),
@@ -67,10 +67,9 @@ def build(name: str, n: int):
 
 def measure_here(name: str, batch: int) -> int:
     """The plain step's allocator peak over what the device held before it (median of 3 steps, fresh_peak's)."""
-    from tests.conftest import _split_tensorflow_cpu
     from tests.lms.tensorflow.fresh_peak import plain_step_peak
 
-    _split_tensorflow_cpu()
+    split_tensorflow_cpu()
     model, (x, y) = build(name, 2 * batch)
     return plain_step_peak(model, x, y, batch)
 

@@ -83,13 +83,25 @@ def compiled_application(name: str, size: int, batch: int, steps: int):
     """keras.applications' ``name`` (seed 5, 10 classes, logits) compiled with SGD and momentum, and ``steps``
     batches of random images and labels (``tests/lms/tensorflow/fresh_peak.application``); the CPU is split first,
     as in the tests."""
-    sys.path.insert(0, str(CODE))
-    from tests.conftest import _split_tensorflow_cpu
     from tests.lms.tensorflow.fresh_peak import application
 
-    _split_tensorflow_cpu()
+    split_tensorflow_cpu()
     model, (x, y) = application(name, size, batch, steps)
     return model, x, y
+
+
+def split_tensorflow_cpu() -> None:
+    """TensorFlow's CPU as two logical devices, one op at a time, as in the tests: ``CODE``'s package's
+    ``split_cpu`` (an older checkout's tests split it themselves)."""
+    sys.path.insert(0, str(CODE))
+    try:
+        from lms_magic.lms.devices import split_cpu
+    except ImportError:
+        from tests.conftest import _split_tensorflow_cpu
+
+        _split_tensorflow_cpu()
+        return
+    split_cpu(2)
 
 
 def fit_step_peaks(model, x, y, batch: int, lms=None) -> dict:

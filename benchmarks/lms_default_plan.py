@@ -46,7 +46,7 @@ def main():
 
     from lms_magic import LMS
     from lms_magic.lms.core.peak import format_peak
-    from tests.lms.tensorflow.test_real_models import application, transformer
+    from tests.lms.tensorflow.real_models import application, transformer
 
     figures = []
     optimizers = {"sgd": lambda: keras.optimizers.SGD(0.01, momentum=0.9), "adam": lambda: keras.optimizers.Adam(1e-3)}

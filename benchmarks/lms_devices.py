@@ -24,7 +24,7 @@ sys.path.insert(0, str(CODE))
 def main() -> None:
     import os
 
-    from tests.lms.jax.test_distribution import run as run_jax
+    from tests.lms.jax.distribution import run as run_jax
 
     os.environ["KERAS_BACKEND"] = "jax"
     found_jax = run_jax(4)
@@ -49,7 +49,7 @@ def main() -> None:
                        int(run["same_loss"] and run["same_weights"]), "") for name, run, _ in rows[1:]]
 
     os.environ["KERAS_BACKEND"] = "tensorflow"
-    from tests.lms.tensorflow.test_strategies import mirrored_fits
+    from tests.lms.tensorflow.strategies import mirrored_fits
 
     found = mirrored_fits()
     print("\nTensorFlow, MirroredStrategy over 2 simulated accelerators (bytes per device)")

@@ -25,8 +25,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lms_magic import LMS  # noqa: E402
-from tests.lms.jax.test_backend import transformer  # noqa: E402
-from tests.lms.torch.models import cnn, images, residual_bn_dropout, train  # noqa: E402
+from tests.models import small_transformer as transformer  # noqa: E402
+from tests.models import small_cnn as cnn, small_images as images, small_residual_bn_dropout as residual_bn_dropout, train# noqa: E402
 
 MIB = 2**20
 

@@ -62,24 +62,18 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-def _split_tensorflow_cpu() -> None:
-    """TensorFlow's CPU as two logical devices, one op at a time (as on a GPU's compute stream: what the
-    liveness replay models). TensorFlow fixes its devices when its runtime starts, so this runs once,
-    after collection and before any test. Under pytest-xdist each worker takes its share of the cores for an
-    op's threads: every worker's TensorFlow taking them all made small ops wait on each other's threads (a
-    tuning test's short fits ran several times slower beside another worker)."""
-    import tensorflow as tf
+def split_tensorflow_cpu() -> None:
+    """TensorFlow's CPU as the two logical devices of ``DEVICES``, one op at a time (as on a GPU's compute stream:
+    what the liveness replay models), by ``lms_magic``'s own ``split_cpu``. TensorFlow fixes its devices when its
+    runtime starts, so this runs once, after collection and before any test. Under pytest-xdist each worker takes
+    its share of the cores for an op's threads: every worker's TensorFlow taking them all made small ops wait on
+    each other's threads."""
+    from lms_magic.lms.devices import split_cpu
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        if workers > 1:
-            tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // workers))
-    except RuntimeError:  # already initialised: fine if already split
-        if len(tf.config.list_logical_devices("CPU")) < 2:
-            raise
+    threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+    if not split_cpu(2, intra_op_threads=threads):
+        raise RuntimeError("TensorFlow started before the tests split its CPU")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -90,7 +84,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
     if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" and \
             any("devices" in getattr(item, "fixturenames", ()) for item in items):
-        _split_tensorflow_cpu()
+        split_tensorflow_cpu()
 
 
 def pytest_collection_finish(session):

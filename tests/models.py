@@ -161,3 +161,57 @@ def transformer(sequence=64, vocabulary=1000, width=64, heads=4, blocks=2):
 def token_ids(n=64, sequence=64, vocabulary=1000, seed=0):
     rng = np.random.default_rng(seed)
     return rng.integers(0, vocabulary, (n, sequence)).astype("int32"), rng.integers(0, 10, n)
+
+
+# Small models for the PyTorch and JAX backends' tests (16x16 images, 8 filters): quick on any backend.
+def small_cnn(seed=1, layers=4, size=16):
+    """``layers`` Conv2D of 8 filters on ``size`` x ``size`` images, Adam."""
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((size, size, 3))]
+                             + [keras.layers.Conv2D(8, 3, padding="same", activation="relu") for _ in range(layers)]
+                             + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def small_residual_bn_dropout(seed=3):
+    """:func:`residual_bn_dropout` at 16x16 with 8 filters, SGD at 0.05."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same")(inputs)
+    for _ in range(3):
+        branch = keras.layers.Conv2D(8, 3, padding="same")(x)
+        branch = keras.layers.BatchNormalization()(branch)
+        branch = keras.layers.Dropout(0.2)(keras.layers.Activation("relu")(branch))
+        x = keras.layers.Add()([x, branch])
+    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(x)))
+    model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return model
+
+
+def small_images(n=64, size=16):
+    """Normal random images and labels for the small models."""
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, size, size, 3)).astype("float32"), rng.integers(0, 10, n)
+
+
+def train(build, data, callback=None, epochs=2):
+    """A fresh model of ``build`` trained on ``data``; returns (model, history dict)."""
+    model = build()
+    keras.utils.set_random_seed(7)
+    history = model.fit(*data, batch_size=16, epochs=epochs, verbose=0, callbacks=[callback] if callback else [])
+    return model, history.history
+
+def small_transformer(seed=4):
+    """One Transformer encoder block: self-attention and a GELU feed-forward, each with a residual sum and
+    LayerNormalization."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Dense(32)(keras.layers.Reshape((16, 48))(inputs))
+    x = keras.layers.LayerNormalization()(x + keras.layers.MultiHeadAttention(2, 16)(x, x))
+    feed = keras.layers.Dense(32)(keras.layers.Dense(64, activation="gelu")(x))
+    x = keras.layers.LayerNormalization()(x + feed)
+    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model

@@ -76,19 +76,36 @@ def simulate_accelerator(memory=None, accelerators: int = 1) -> bool:
     if gpus:
         return False
     os.environ.setdefault(BFC_VARIABLE, "true")  # read when TensorFlow makes its CPU allocator, at device set-up
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * (accelerators + 1))
-        if accelerators == 1:  # one op at a time, as on a GPU's stream (several: their collectives run side by side)
-            tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:  # initialised: fine if already split so (a second call)
-        if len(tf.config.list_logical_devices("CPU")) >= accelerators + 1:
-            _simulated, _simulated_memory_bytes, _accelerators = True, memory_bytes, accelerators
-            return True
+    if not split_cpu(accelerators + 1, one_op_at_a_time=accelerators == 1):
         raise RuntimeError("simulate_accelerator() must run before TensorFlow initialises its devices, and "
                            "something in this process has already run TensorFlow: restart the kernel and call "
-                           "it first, right after %load_ext lms_magic") from None
+                           "it first, right after %load_ext lms_magic")
     _simulated, _simulated_memory_bytes, _accelerators = True, memory_bytes, accelerators
+    return True
+
+
+def split_cpu(devices: int, one_op_at_a_time: bool = True, intra_op_threads: int | None = None) -> bool:
+    """TensorFlow's CPU as ``devices`` logical devices (what :func:`simulate_accelerator` makes, without making
+    them LMS's defaults: the tests and benchmarks name the devices). ``one_op_at_a_time``: one inter-op thread, as
+    a GPU's compute stream runs. ``intra_op_threads``: the threads one op may use (a share of the cores, where
+    several processes run side by side). Returns whether the CPU is split so: False where TensorFlow had started
+    with fewer devices (its devices are fixed when its runtime starts).
+
+    Example:
+        >>> split_cpu(2)  # doctest: +SKIP
+        True
+    """
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+        if one_op_at_a_time:
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        if intra_op_threads is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+    except RuntimeError:  # initialised: fine if already split so (a second call)
+        return len(tf.config.list_logical_devices("CPU")) >= devices
     return True
 
 

@@ -339,7 +339,7 @@ def test_lean_ops_says_which_layers_lean_and_that_the_loss_differs_at_rounding_o
 
 
 def test_order_backward_orders_the_backward_pass_and_trains_to_the_bit(fit_shell):
-    fit_shell.run_cell("import keras, numpy as np\nfrom tests.lms.tensorflow.test_real_models import reduced\n"
+    fit_shell.run_cell("import keras, numpy as np\nfrom tests.lms.tensorflow.real_models import reduced\n"
                        "net = reduced('resnet')()\nnet.compile(keras.optimizers.SGD(0.01, momentum=0.9), "
                        "keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
                        "rng = np.random.default_rng(0)\n"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ..torch.models import images
+from tests.models import small_images as images
 
 
 @pytest.fixture

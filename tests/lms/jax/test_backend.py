@@ -8,21 +8,8 @@ import pytest
 from lms_magic import LMS
 from lms_magic.lms.core.plan import Rule
 
-from ..torch.models import cnn, images, residual_bn_dropout, train
-
-
-def transformer(seed=4):
-    """One Transformer encoder block: self-attention and a GELU feed-forward, each with a residual sum and
-    LayerNormalization."""
-    keras.utils.set_random_seed(seed)
-    inputs = keras.Input((16, 16, 3))
-    x = keras.layers.Dense(32)(keras.layers.Reshape((16, 48))(inputs))
-    x = keras.layers.LayerNormalization()(x + keras.layers.MultiHeadAttention(2, 16)(x, x))
-    feed = keras.layers.Dense(32)(keras.layers.Dense(64, activation="gelu")(x))
-    x = keras.layers.LayerNormalization()(x + feed)
-    model = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+from tests.models import small_cnn as cnn, small_images as images, small_residual_bn_dropout as residual_bn_dropout
+from tests.models import small_transformer as transformer, train
 
 
 def assert_model_plain(model):

@@ -6,7 +6,7 @@ import pytest
 
 from lms_magic.lms.jax.predictor import JaxStepPredictor
 
-from ..torch.models import residual_bn_dropout
+from tests.models import small_residual_bn_dropout as residual_bn_dropout
 
 
 def _language_model():

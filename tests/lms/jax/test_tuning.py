@@ -9,7 +9,7 @@ from lms_magic.lms.core.autotune import Setting
 from lms_magic.lms.options import OptionError
 from lms_magic.tuning.session import TuningSession
 
-from ..torch.models import residual_bn_dropout
+from tests.models import small_residual_bn_dropout as residual_bn_dropout
 
 
 def state_of(model) -> list:

@@ -28,9 +28,9 @@ def application(name: str, size: int, batch: int, steps: int = 2):
     import keras
     import numpy as np
 
-    keras.utils.set_random_seed(5)
-    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=10,
-                                              classifier_activation=None)
+    from tests.lms.tensorflow.real_models import application as builder
+
+    model = builder(name, size)()
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(0)
     return model, (rng.random((batch * steps, size, size, 3), dtype="float32"), rng.integers(0, 10, batch * steps))
@@ -53,9 +53,9 @@ def measure(name: str) -> int:
 
 
 def _measure_here(name: str) -> int:
-    from tests.conftest import _split_tensorflow_cpu
+    from lms_magic.lms.devices import split_cpu
 
-    _split_tensorflow_cpu()  # two logical CPUs, one inter-op thread, as in the tests
+    split_cpu(2)  # two logical CPUs, one inter-op thread, as in the tests
     if ":" in name:
         model, (x, y) = application(*spec_of(name))
         return plain_step_peak(model, x, y, spec_of(name)[2])

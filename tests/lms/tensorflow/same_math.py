@@ -33,7 +33,7 @@ def main(case_id: str) -> dict:
 
     from lms_magic import LMS
     from tests.conftest import DEVICES
-    from tests.lms.tensorflow.test_real_models import FULL, QUICK
+    from tests.lms.tensorflow.real_models import FULL, QUICK
 
     case = next(case for case in QUICK + FULL if case.id == case_id)
     _, plain_losses, (_, plain_weights) = case.fit()

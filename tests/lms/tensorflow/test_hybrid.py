@@ -8,7 +8,7 @@ from lms_magic import LMS
 from lms_magic.lms.tensorflow.hybrid import PEAK_TOLERANCE
 from tests import models
 from tests.conftest import DEVICES
-from tests.lms.tensorflow.test_real_models import Case, reduced
+from tests.lms.tensorflow.real_models import Case, reduced
 
 
 def fit(build, recompute, rows=48, **options):
@@ -130,7 +130,7 @@ HYBRID_NOT_BIT_IDENTICAL = {"MobileNetV2": 1e-6}
 def test_the_hybrid_plan_on_whole_applications_models_is_never_above_swaps_alone(name, devices):
     """64x64, batch 8, three steps, the default plan: the same tensors moved, fewer of them across the host link,
     at no higher predicted peak (benchmarks/modes.py --mode hybrid: the same peak, less traffic)."""
-    from tests.lms.tensorflow.test_real_models import application
+    from tests.lms.tensorflow.real_models import application
 
     case = Case(application(name, 64), "sgd", batch=8, steps=3)
     _, plain_losses, (plain_first, plain_last) = case.fit()

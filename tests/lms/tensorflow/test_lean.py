@@ -48,7 +48,7 @@ def test_the_lean_gradient_is_keras_s_to_float_rounding_and_the_values_are_keras
 def fit(rows=56, **options):
     """The residual model with BatchNormalization and Dropout trained one epoch at batch 16 (56 rows: the last
     batch of 8 traced again); returns (per-step losses, weights, the callback or None)."""
-    from tests.lms.tensorflow.test_real_models import StepRecord
+    from tests.lms.tensorflow.real_models import StepRecord
 
     x, y = models.images(rows, 32)
     callback = LMS(device=DEVICES.accelerator, host_device=DEVICES.host, verbose=0, min_bytes=0,
@@ -116,7 +116,7 @@ def test_lean_ops_on_whole_applications_models(name, devices):
     makes the peak without swaps it is lower, and the same with them (the lean gradient's per-channel tensors
     within 0.1%). EfficientNetB0's peaks are elsewhere (the forward pass with swaps): its per-channel tensors may
     raise them by up to 0.2%."""
-    from tests.lms.tensorflow.test_real_models import Case, application
+    from tests.lms.tensorflow.real_models import Case, application
 
     case = Case(application(name, 64), "sgd", batch=8, steps=2)
     _, plain_losses, (plain_first, _) = case.fit()

@@ -12,7 +12,7 @@ import pytest
 from lms_magic import LMS
 from tests import models
 from tests.conftest import DEVICES
-from tests.lms.tensorflow.test_real_models import StepRecord, reduced
+from tests.lms.tensorflow.real_models import StepRecord, reduced
 
 
 def fit(build, x, y, batch_size=8, **options):

@@ -11,7 +11,7 @@ from lms_magic.lms.tensorflow.predictor import TensorFlowStepPredictor
 from tests import models
 from tests.conftest import DEVICES
 
-from .test_real_models import reduced
+from .real_models import reduced
 
 
 def attention():

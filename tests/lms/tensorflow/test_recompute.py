@@ -11,7 +11,7 @@ import pytest
 from lms_magic import LMS
 from tests import models
 from tests.conftest import DEVICES
-from tests.lms.tensorflow.test_real_models import Case, application, reduced
+from tests.lms.tensorflow.real_models import Case, application, reduced
 
 
 def recompute_only(**options):

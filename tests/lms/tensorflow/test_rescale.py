@@ -10,7 +10,7 @@ from lms_magic.lms.tensorflow.rescale import dims_at, fixed_dims, prime_batch
 from tests import models
 
 from .test_predictor import attention
-from .test_real_models import reduced
+from .real_models import reduced
 
 
 def embedding():

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.lms.tensorflow.same_math import PLANS
-from tests.lms.tensorflow.test_real_models import FULL, QUICK
+from tests.lms.tensorflow.real_models import FULL, QUICK
 
 ROOT = Path(__file__).resolve().parents[3]
 

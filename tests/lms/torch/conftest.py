@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from .models import images
+from tests.models import small_images as images
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import torch
 from lms_magic import LMS
 from lms_magic.lms.core.plan import Rule
 
-from .models import cnn, residual_bn_dropout, train
+from tests.models import small_cnn as cnn, small_residual_bn_dropout as residual_bn_dropout, train
 
 
 @pytest.mark.parametrize("build", [cnn, residual_bn_dropout])

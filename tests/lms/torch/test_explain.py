@@ -9,7 +9,7 @@ from lms_magic.lms.core.plan import Selection
 from lms_magic.lms.torch.traced import SavedTensorStep
 from lms_magic.lms.torch.predictor import TorchStepPredictor
 
-from .models import cnn, images, residual_bn_dropout
+from tests.models import small_cnn as cnn, small_images as images, small_residual_bn_dropout as residual_bn_dropout
 
 
 def test_explain_fit_says_what_fills_the_step_and_what_fits_and_changes_nothing():

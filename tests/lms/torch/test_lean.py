@@ -8,7 +8,7 @@ import torch
 from lms_magic import LMS
 from lms_magic.lms.torch.lean import lean_batch_norm
 
-from .models import residual_bn_dropout, train
+from tests.models import small_residual_bn_dropout as residual_bn_dropout, train
 
 
 def keras_own(x, mean, variance, gamma, beta, axis, epsilon):

@@ -4,7 +4,7 @@ from its first step, or, where the first fit found that nothing moves, installs 
 from lms_magic import LMS
 from lms_magic.lms.torch.backend import TorchBackend
 
-from .models import cnn
+from tests.models import small_cnn as cnn
 
 REUSED = "the plan an earlier fit of this model checked for these batch shapes"
 

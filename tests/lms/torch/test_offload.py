@@ -17,7 +17,7 @@ from lms_magic.lms.core.plan import Selection
 from lms_magic.lms.torch.backend import TorchBackend
 from lms_magic.lms.torch.offload import TorchOffloader
 
-from .models import cnn, residual_bn_dropout
+from tests.models import small_cnn as cnn, small_residual_bn_dropout as residual_bn_dropout
 
 ACTIVATION_BYTES = 16 * 16 * 16 * 8 * 4  # one conv layer's output for 16 samples
 

@@ -8,7 +8,7 @@ import pytest
 from lms_magic import LMS
 from lms_magic.lms.torch.backend import TorchBackend
 
-from .models import images, residual_bn_dropout, train
+from tests.models import small_images as images, small_residual_bn_dropout as residual_bn_dropout, train
 
 
 def counted_lms(**options):

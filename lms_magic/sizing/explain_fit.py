@@ -5,11 +5,11 @@ The step's predictor for each way of training (:class:`~lms_magic.lms.explain.pr
 off those two; on JAX a jaxpr per batch size; on PyTorch the step run at two small batch sizes) gives the step's
 predicted device peak explained: what fills it by kind (weights, optimizer state, gradients, activations) and the
 Keras layers whose tensors hold the most at the peak. Against the device's capacity (given, the GPU's, or
-``simulate_accelerator``'s), it finds the largest batch each way of training fits (``search.py``): without LMS,
+``simulate_accelerator``'s), it finds the largest batch each way of training fits (``explain/largest.py``): without LMS,
 with LMS's default plan, with ``recompute="only"`` and with ``lean_ops``, each with its predicted step time over a
 plain step's, and the ``%%lms_fit`` line that trains the batch asked for where one does (``replay.py``). Where
 the device's allocator can be read, the closed loop here holds those figures to real steps (``measured.py``): a
-plain step corrects them, and steps confirm each way's largest batch (``confirm.py``). The answer is a
+plain step corrects them, and steps confirm each way's largest batch (``explain/largest.py``). The answer is a
 :class:`~lms_magic.lms.explain.results.FitExplanation`.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..lms.explain.confirm import Confirmed, confirm_largest
+from ..lms.explain.largest import Confirmed, confirm_largest
 from ..lms.explain.replay import MODES, mode_fit, prediction_at, explained
 from ..lms.explain.results import Correction, FitExplanation, ModeFit
 
@@ -181,7 +181,7 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
 
 
 def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:
-    """``found``'s largest batch confirmed by steps on the device (``confirm.py``)."""
+    """``found``'s largest batch confirmed by steps on the device (``explain/largest.py``)."""
     with_lms = bool(found.magic)
     persistent = session.predictor.persistent_bytes
 

@@ -1,7 +1,7 @@
 """The largest batch to train at: ``largest_batch``, Keras's counterpart to Lightning's ``BatchSizeFinder``.
 
 ``explain_fit`` predicts each way's largest batch, corrected by a plain step measured on the device and confirmed
-by steps there (``confirm.py``). Where LMS fits a larger batch than a plain step does, the batches between are
+by steps there (``explain/largest.py``). Where LMS fits a larger batch than a plain step does, the batches between are
 looked at on LMS's frontier (its predicted step time over a plain step's), and the largest at ``speed`` of plain
 speed or better is chosen; else the largest plain batch.
 """

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from ..lms.core.plan import BudgetError
-from ..lms.explain.confirm import MeasuredStep
+from ..lms.explain.largest import MeasuredStep
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
 

@@ -1,6 +1,6 @@
 """What ``explain_fit`` finds from the step's replay (its predictors), with a closed loop's measured steps where it is
 given one: the step's peak by kind and by layer, and each way of training at the batch asked for and at its largest
-batch (``search.py``), against the device's capacity or a budget.
+batch (``largest.py``), against the device's capacity or a budget.
 
 ``sizing/explain_fit.py`` is the public entry, which gives the closed loop (steps on the device, with LMS where
 asked: so it sits above the LMS callback); the out-of-memory account (``account.py``), which the callback prints,
@@ -17,7 +17,7 @@ from ..core.prediction import StepPredictor
 from ..core.simulate import collector_paused
 from ..options import whole_number
 from .results import Correction, FitExplanation, FrontierPoint, ModeFit
-from .search import MAX_BATCH, largest_fitting
+from .largest import MAX_BATCH, largest_fitting
 
 # name, the tuner's options, and the %%lms_fit line that trains that way
 MODES = (("without LMS", {}, ""), ("LMS", {}, "%%lms_fit"),

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from ...units import format_size
 from ..core.plan import CAPACITY_HEADROOM
-from .confirm import Confirmed
+from .largest import Confirmed
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The largest batch confirmed by real steps (lms/explain/confirm.py, measured.py): the search against a bisection
+"""The largest batch confirmed by real steps (lms/explain/largest.py, measured.py): the search against a bisection
 of real steps, and steps on the simulated accelerator that leave the model as it was."""
 
 import random
@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from lms_magic.lms.explain.confirm import MeasuredStep, confirm_largest
+from lms_magic.lms.explain.largest import MeasuredStep, confirm_largest
 
 
 def bisection(fits, limit=1 << 16) -> int:

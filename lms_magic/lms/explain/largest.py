@@ -1,11 +1,14 @@
-"""The largest batch confirmed by real steps: a search over measured steps, guided by the corrected prediction.
+"""The largest batch: the search over a prediction (:func:`largest_fitting`, which asks as few batch sizes as it can:
+each may trace), and the largest batch confirmed by real steps (:func:`confirm_largest`), a search over measured
+steps guided by the corrected prediction.
 
-Pure: the steps are measured by the function it is given (``sizing/measured.StepMeter.measure`` in use, a fake in tests).
-The first step runs at the predicted largest batch. Each measured step corrects the prediction by its own ratio
-(measured over predicted step bytes), or two measured steps give a line in the batch, and the next step runs at
-the largest batch the corrected prediction fits, kept strictly between the largest batch measured to fit and the
-smallest measured not to (halfway after a step that ran out of memory and so measured nothing). The search ends
-when those two are neighbours, or after ``max_steps``.
+Pure: the steps are measured by the function it is given (``sizing/measured.StepMeter.measure`` in use, a fake in
+tests). The first step runs at the predicted largest batch. Each measured step corrects the prediction by its own
+ratio (measured over predicted step bytes), or two measured steps give a line in the batch, and the next step runs
+at the largest batch the corrected prediction fits, kept strictly between the largest batch measured to fit and
+the smallest measured not to (halfway after a step that ran out of memory and so measured nothing). The search
+ends when those two are neighbours, or after ``max_steps``. ``sizing/largest.py`` is the user's ``largest_batch``
+over it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,46 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .search import MAX_BATCH, largest_fitting
+MAX_BATCH = 1 << 16  # the largest batch looked for
+
+
+def largest_fitting(fits: Callable[[int], bool], guess: int, limit: int = MAX_BATCH) -> int:
+    """The largest batch size ``b`` in 1..``limit`` with ``fits(b)``, 0 where none fits, for a ``fits`` that holds
+    up to some size and not past it; ``guess`` is where the search starts (each call of ``fits`` may trace).
+
+    Example:
+        >>> calls = []
+        >>> def fits(batch):
+        ...     calls.append(batch)
+        ...     return batch <= 37
+        >>> largest_fitting(fits, guess=36), largest_fitting(lambda b: False, 8), largest_fitting(lambda b: True, 8, 100)
+        (37, 0, 100)
+        >>> len(calls) <= 6
+        True
+    """
+    known: dict[int, bool] = {}
+
+    def check(batch: int) -> bool:
+        if batch not in known:
+            known[batch] = fits(batch)
+        return known[batch]
+
+    low, high = 0, limit + 1  # fits(low) holds (or low is 0), fits(high) does not (or high is past the limit)
+    probe = min(max(1, guess), limit)
+    if check(probe):
+        low, step = probe, 1
+        while low < limit and check(min(low + step, limit)):
+            low, step = min(low + step, limit), step * 2
+        high = min(low + step, limit + 1)
+    else:
+        high, step = probe, 1
+        while high > 1 and not check(max(high - step, 1)):
+            high, step = max(high - step, 1), step * 2
+        low = max(high - step, 1) if check(max(high - step, 1)) else 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if check(middle) else (low, middle)
+    return low
 
 MAX_CONFIRMING = 6  # batch sizes measured at most per way of training
 
@@ -115,4 +157,4 @@ def confirm_largest(measure: Callable[[int], MeasuredStep], predicted_step_bytes
     return Confirmed(good, good_bytes, limit_bytes, bad - good <= 1, tuple(tried))
 
 
-__all__ = ["Confirmed", "MAX_CONFIRMING", "MeasuredStep", "confirm_largest"]
+__all__ = ["Confirmed", "MAX_BATCH", "MAX_CONFIRMING", "MeasuredStep", "confirm_largest", "largest_fitting"]

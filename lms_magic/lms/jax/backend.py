@@ -219,8 +219,8 @@ class JaxBackend:
 
     def _held_to_xla(self, plan: Plan, inner, args, own) -> tuple[Plan, bool]:
         """``(plan, whether its figures are XLA's)``: on a GPU or TPU, the plan as XLA compiles it, against the
-        model's own step (``own()``). XLA schedules the copies and the recomputation its own way: on an H100 a
-        Gemma-style step with every candidate offloaded held 1.15-1.67x the plain step's peak. Where the plan's
+        model's own step (``own()``). XLA schedules the copies and the recomputation its own way, and may hold
+        more with the offloads than without (docs/measurements_gpu.md). Where the plan's
         compiled step holds less on the device, its figures are XLA's; where it holds as much or more, nothing
         moves, said in a note. On one device; on a CPU (one memory) the replay's figures stand."""
         from . import compiled as xla

@@ -40,7 +40,7 @@ def compiled_bytes(inner, args, policy=None) -> int | None:
     import jax
 
     # inner's own value and gradient, not the replay's function under its jax.checkpoint: XLA sizes that one
-    # for a step the replay does not run (on an H200, over twice what the step needed)
+    # for a step the replay does not run (on a GPU, far more than the step needed: docs/measurements_gpu.md)
     function = jax.value_and_grad(inner if policy is None else jax.checkpoint(inner, policy=policy), has_aux=True)
     try:
         analysis = jax.jit(function).lower(*shape_specs(args)).compile().memory_analysis()

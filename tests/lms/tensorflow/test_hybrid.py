@@ -93,7 +93,7 @@ def test_the_summary_line_says_what_is_recomputed_and_what_swapped(devices):
     stats = callback.stats
     if stats.recomputed_tensors:  # TensorFlow 2.21 here
         assert f"recomputing {stats.recomputed_tensors} (" in line and f"and swapping {stats.swapped_tensors} (" in line
-    else:  # TensorFlow 2.17 (make test-oldest): the recomputes' step came out 0.1 MiB above, and swaps took over
+    else:  # where the recomputes' step came out above (TensorFlow 2.17, make test-oldest), swaps take over
         assert f"swapping {stats.swapped_tensors} of" in line and "swaps alone from the next step" in line
 
 

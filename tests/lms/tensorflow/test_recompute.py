@@ -47,7 +47,7 @@ def test_densenet_recomputes_bit_identically_and_its_step_memory_drops_a_fifth(d
 
 @pytest.mark.release
 def test_densenet121_recompute_only_lowers_its_predicted_peak_a_quarter(devices):
-    """The whole DenseNet121 at 64x64, batch 8, weights and momentum included (142.1 -> 106.5 MiB here)."""
+    """The whole DenseNet121 at 64x64, batch 8, weights and momentum included."""
     check_densenet(Case(application("DenseNet121", 64), "sgd", batch=8, steps=2), 0.25, "peak")
 
 

@@ -4,7 +4,9 @@ a CPU included (PyTorch's CPU allocator keeps no statistics).
 A dispatch mode sees each operator's outputs; each new storage is counted until PyTorch frees it (a finalizer on
 the storage, which PyTorch keeps while its memory is in use). Views and in-place results share a storage and count
 once. What existed before (the weights, the optimizer's state) is not counted; the allocator's rounding and a
-library's workspaces are not either.
+library's workspaces are not either. Given the device allocator's counter (a GPU's), it also reads each
+operator's workspace: what the allocator held at most while the operator ran beyond what it held after it
+(cuDNN's and cuBLAS's scratch: ``workspaces``, and ``timeline_with_workspaces``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ class StorageMeter(TorchDispatchMode):
         (8196, 4100, [4096, 8192, 8196, 4100])
     """
 
-    def __init__(self):
+    def __init__(self, counter=None):
         super().__init__()
+        self.counter = counter  # an AllocatorCounter (memory/frameworks.py) whose peak can be reset, or None
+        self.workspaces: list[int] = []  # with a counter: each operator's workspace (bytes)
         self.live_bytes = 0
         self.peak_bytes = 0
         self._live: dict[int, tuple[int, int]] = {}  # data pointer -> (registration, bytes)
@@ -45,6 +49,8 @@ class StorageMeter(TorchDispatchMode):
             self.live_bytes -= entry[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.counter is not None:
+            self.counter.reset()  # its peak from here is this operator's: its inputs, workspaces, outputs
         out = func(*args, **(kwargs or {}))
         for tensor in tree_leaves(out):
             if not isinstance(tensor, torch.Tensor):
@@ -59,4 +65,12 @@ class StorageMeter(TorchDispatchMode):
             weakref.finalize(storage, self._freed, pointer, registration)
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         self.timeline.append(self.live_bytes)
+        if self.counter is not None:
+            held, peak = self.counter.read()
+            self.workspaces.append(max(0, peak - held))
         return out
+
+    @property
+    def timeline_with_workspaces(self) -> list[int]:
+        """The live bytes after each operator with its workspace added: the most each operator held."""
+        return [live + workspace for live, workspace in zip(self.timeline, self.workspaces)]

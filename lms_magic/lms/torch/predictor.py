@@ -7,9 +7,12 @@ What autograd saved, in forward order, and the backward pass's reads of it make 
 batch are read off the two runs (linear in the batch), as LMS's offload plan sees them. The model's weights,
 normalisation statistics and seed states are put back after each run.
 
-The peak is the one ``LMS()`` predicts in the fit's first step on a CPU: the eligible saved activations
+The peak with LMS is the one ``LMS()`` predicts in the fit's first step on a CPU: the eligible saved activations
 (the replay) with the weights and the optimizer's state held through the step. Gradients, temporaries and
-workspaces are left out (on a GPU, LMS's first step adds what the allocator's peak shows beyond them).
+workspaces are left out (on a GPU, LMS's first step adds what the allocator's peak shows beyond them). The peak
+without LMS counts every tensor the step makes; on a GPU, each operator's workspace too (cuDNN's, cuBLAS's: what
+the allocator held while it ran beyond what it held after), each a line in the batch through the two runs, after
+a run that warms the libraries up (their handles and lasting workspaces made once).
 """
 
 from __future__ import annotations
@@ -67,14 +70,22 @@ class TorchStepPredictor(PrefixPredictions):
               "fits (docs/explain.md#where-it-runs)")
     plain_peak_source = "every tensor the step makes, counted at two small batch sizes"
 
-    def __init__(self, model, sample, selection: Selection | None = None):
+    def __init__(self, model, sample, selection: Selection | None = None, counter=None):
         compiled_model(model)
         self.model, self.sample, self.selection = model, tuple(sample), selection or Selection()
+        # the device allocator's counter, read around each operator of the runs: a GPU's, or one given (tests)
+        self.counter = counter if counter is not None else _device_counter()
+        self._allocated: dict[int, list[int]] = {}  # batch size -> the bytes after each operator, its workspace in
+        if self.counter is not None:
+            self.plain_peak_source = ("every tensor the step makes and each operator's workspace (the device "
+                                      "allocator's), counted at two small batch sizes")
         self._persistent = persistent_tensors(model)
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._measured: dict[int, int] = {}  # batch size -> the bytes of the tensors its run made, at their most
         self._timelines: dict[int, list[int]] = {}  # batch size -> those bytes after each operator of its run
         self._plain: dict[int, int] = {}
+        if self.counter is not None:  # the libraries' handles and workspaces made in a run of their own
+            self._run(PROBE_BATCHES[0])
         self._runs = [self._run(batch) for batch in PROBE_BATCHES]
         (first, _, _), (second, _, _) = self._runs
         if [(c.layer, len(c.shape)) for c in first] != [(c.layer, len(c.shape)) for c in second]:
@@ -113,7 +124,7 @@ class TorchStepPredictor(PrefixPredictions):
         gc.collect()  # the garbage of earlier code freed now, and none collected during the run: each run counts alike
         gc.disable()
         try:
-            with FlopCounterMode(display=False) as flops, StorageMeter() as meter:
+            with FlopCounterMode(display=False) as flops, StorageMeter(self.counter) as meter:
                 offloader.run(step, None)
         finally:
             if collecting:
@@ -128,6 +139,7 @@ class TorchStepPredictor(PrefixPredictions):
             offloader.close()
         self._measured[batch_size] = meter.peak_bytes
         self._timelines[batch_size] = meter.timeline
+        self._allocated[batch_size] = meter.timeline_with_workspaces
         position = {c.tensor: index for index, c in enumerate(offloader.candidates)}
         return offloader.candidates, [position[c.tensor] for c in reads if c.tensor in position], \
             flops.get_total_flops()
@@ -142,7 +154,8 @@ class TorchStepPredictor(PrefixPredictions):
     def plain_peak_bytes(self, batch_size: int) -> int:
         """The step's peak without LMS at ``batch_size``: the weights and optimizer state, and every tensor the step
         makes (activations, their gradients, the weights' gradients, temporaries), counted after each operator of
-        the two runs (``meter.StorageMeter``). Each such count is a line in the batch size through the two runs; the
+        the two runs (``meter.StorageMeter``; with the device allocator's counter, each operator's workspace
+        added). Each such count is a line in the batch size through the two runs; the
         peak is the highest of those lines at ``batch_size`` (where the weights' gradients are the most at a small
         batch, the activations may be at a large one). Where the runs made different operators, the line through
         their two peaks.
@@ -160,6 +173,8 @@ class TorchStepPredictor(PrefixPredictions):
         if batch_size not in self._plain:
             low, high = PROBE_BATCHES
             first, second = self._timelines[low], self._timelines[high]
+            if self._allocated.get(low) and len(self._allocated[low]) == len(self._allocated[high]):
+                first, second = self._allocated[low], self._allocated[high]  # each operator's workspace in
             pairs = zip(first, second) if len(first) == len(second) else [(self._measured[low], self._measured[high])]
             step = max(PROBES.at(one, two, batch_size) for one, two in pairs)
             self._plain[batch_size] = self.persistent_bytes + max(0, step)
@@ -210,6 +225,15 @@ class TorchStepPredictor(PrefixPredictions):
         matrix-product rate: a lower bound on the step's compute time."""
         (_, _, low_flops), (_, _, high_flops) = self._runs
         return max(0.0, float(PROBES.at(low_flops, high_flops, batch_size))) / device_flops_per_s()
+
+
+def _device_counter():
+    """The allocator counter of PyTorch's current CUDA device, whose peak can be reset; None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    from ...memory.frameworks import resettable_counter
+
+    return resettable_counter(f"cuda:{torch.cuda.current_device()}")
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """Keras's private API that the PyTorch backend reads while a step runs: the layers being called, from Keras's
-name-scope stack. A Keras release that moves it breaks here (``lms_magic/versions.py`` holds the tested range)."""
+name-scope stack. A Keras release that moves it breaks here (``lms_magic/versions.py`` holds the tested range).
+And PyTorch's own: its cuBLAS handles' cached workspaces, let go of so that a run makes them again."""
 
 from __future__ import annotations
 
@@ -26,3 +27,16 @@ def current_keras_layer_path() -> str:
     if not callers:
         return "loss"
     return "/".join(caller.name for caller in callers[1:]) or callers[0].name
+
+
+def cublas_workspaces_released() -> bool:
+    """PyTorch's cached cuBLAS workspaces (one a handle and stream, 32 MiB each on an H200) given back to its
+    allocator: the next matrix product makes its own again, and a run then shows them. False where this PyTorch
+    has no such call."""
+    import torch
+
+    release = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if release is None:
+        return False
+    release()
+    return True

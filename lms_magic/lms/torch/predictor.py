@@ -11,8 +11,8 @@ The peak with LMS is the one ``LMS()`` predicts in the fit's first step on a CPU
 (the replay) with the weights and the optimizer's state held through the step. Gradients, temporaries and
 workspaces are left out (on a GPU, LMS's first step adds what the allocator's peak shows beyond them). The peak
 without LMS counts every tensor the step makes; on a GPU, each operator's workspace too (cuDNN's, cuBLAS's: what
-the allocator held while it ran beyond what it held after), each a line in the batch through the two runs, after
-a run that warms the libraries up (their handles and lasting workspaces made once).
+the allocator held while it ran beyond what it held after), each a line in the batch through the two runs, and
+what the libraries keep from their first step on (cuBLAS's workspaces: made again in a run of their own).
 """
 
 from __future__ import annotations
@@ -77,15 +77,21 @@ class TorchStepPredictor(PrefixPredictions):
         self.counter = counter if counter is not None else _device_counter()
         self._allocated: dict[int, list[int]] = {}  # batch size -> the bytes after each operator, its workspace in
         if self.counter is not None:
-            self.plain_peak_source = ("every tensor the step makes and each operator's workspace (the device "
-                                      "allocator's), counted at two small batch sizes")
+            self.plain_peak_source = ("every tensor the step makes, each operator's workspace and the libraries' "
+                                      "lasting ones (the device allocator's), counted at two small batch sizes")
         self._persistent = persistent_tensors(model)
         self.persistent_bytes = sum(tensor.nbytes for tensor in self._persistent)
         self._measured: dict[int, int] = {}  # batch size -> the bytes of the tensors its run made, at their most
         self._timelines: dict[int, list[int]] = {}  # batch size -> those bytes after each operator of its run
         self._plain: dict[int, int] = {}
-        if self.counter is not None:  # the libraries' handles and workspaces made in a run of their own
+        self.lasting_workspace_bytes = 0  # what the libraries keep from a step on (cuBLAS's workspaces), where read
+        if self.counter is not None:  # the libraries' handles and lasting workspaces made in a run of their own
+            from .internals import cublas_workspaces_released
+
+            cublas_workspaces_released()  # a fit before this held them already: made again in this run
+            held = self.counter.read()[0]
             self._run(PROBE_BATCHES[0])
+            self.lasting_workspace_bytes = max(0, self.counter.read()[0] - held)
         self._runs = [self._run(batch) for batch in PROBE_BATCHES]
         (first, _, _), (second, _, _) = self._runs
         if [(c.layer, len(c.shape)) for c in first] != [(c.layer, len(c.shape)) for c in second]:
@@ -155,10 +161,10 @@ class TorchStepPredictor(PrefixPredictions):
         """The step's peak without LMS at ``batch_size``: the weights and optimizer state, and every tensor the step
         makes (activations, their gradients, the weights' gradients, temporaries), counted after each operator of
         the two runs (``meter.StorageMeter``; with the device allocator's counter, each operator's workspace
-        added). Each such count is a line in the batch size through the two runs; the
-        peak is the highest of those lines at ``batch_size`` (where the weights' gradients are the most at a small
-        batch, the activations may be at a large one). Where the runs made different operators, the line through
-        their two peaks.
+        added, and what the libraries keep from the first run on: ``lasting_workspace_bytes``). Each such count is
+        a line in the batch size through the two runs; the peak is the highest of those lines at ``batch_size``
+        (where the weights' gradients are the most at a small batch, the activations may be at a large one). Where
+        the runs made different operators, the line through their two peaks.
 
         Example:
             >>> import keras, numpy as np
@@ -177,7 +183,7 @@ class TorchStepPredictor(PrefixPredictions):
                 first, second = self._allocated[low], self._allocated[high]  # each operator's workspace in
             pairs = zip(first, second) if len(first) == len(second) else [(self._measured[low], self._measured[high])]
             step = max(PROBES.at(one, two, batch_size) for one, two in pairs)
-            self._plain[batch_size] = self.persistent_bytes + max(0, step)
+            self._plain[batch_size] = self.persistent_bytes + self.lasting_workspace_bytes + max(0, step)
         return self._plain[batch_size]
 
     def _step(self, batch_size: int, lb: int = 1) -> tuple[list[Candidate], SavedTensorStep]:

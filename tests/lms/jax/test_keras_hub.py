@@ -102,3 +102,21 @@ def test_largest_batch_reads_a_dict_of_inputs_with_sample_weights():
         from lms_magic.units import parse_bytes
 
         assert parse_bytes(chosen.options["budget"]) <= 0.8 * 24 * 2**20 and "--budget" in chosen.magic
+
+
+def test_the_dashboard_compares_a_lora_fine_tunings_weighted_accuracy_and_speed(shell):
+    """``%%lms_fit --compare`` over a KerasHub causal LM with LoRA fit on ``(x, y, sample_weight)``: every
+    candidate moved, the dashboard compares the weighted accuracy both ways (the same), and the samples a second."""
+    from tests.hub import causal_lm, lm_data
+
+    shell.user_ns.update(causal_lm=causal_lm, data=lm_data(n=16, sequence=32))
+    result = shell.run_cell_magic("lms_fit", "--compare -q -o --n-tensors -1 --min-bytes 0", (
+        "model = causal_lm(layers=1, hidden=32)\n"
+        "x, y, weights = data\n"
+        "model.fit(x, y, sample_weight=weights, batch_size=8, verbose=0)\n"))
+    plain, lms = result.variants
+    assert plain.status == lms.status == "ok" and lms.lms_stats["swapped_tensors"] > 0
+    rows = {row[0]: row[1:] for row in result.table()}
+    accuracy = rows["final sparse_categorical_accuracy"]
+    assert "-" not in accuracy[:2] and accuracy[0] == accuracy[1], rows
+    assert "-" not in rows["samples/s"][:2], rows

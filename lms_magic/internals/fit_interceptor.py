@@ -19,7 +19,8 @@ class ModelFitReplaced:
     fits through fair runs, ``lms/explain/account.py`` explains the ones that run out of memory.
 
     The ``fit`` routed is the outermost one the user called: a subclass of ``keras.Model`` with a ``fit`` of its
-    own (KerasHub's task models batch arrays into a dataset there, then call Keras's) is replaced too, ``route``
+    own (KerasHub's task models batch arrays into a dataset there, then call Keras's), imported before the block or
+    inside it, is replaced too, ``route``
     gets that class's ``fit`` as ``original`` and the user's own arguments, and any ``fit`` called while a routed
     one runs (the subclass's call of Keras's, or a fit a route makes) runs as it is.
 
@@ -54,11 +55,25 @@ class ModelFitReplaced:
         self._saved = [(model_class, name, model_class.__dict__.get(name, MISSING)) for name in methods]
         self.original_fit = model_class.fit
         for owner in [model_class] + _overriding_fit(model_class):
-            self._saved.append((owner, "fit", owner.__dict__.get("fit", MISSING)))
-            owner.fit = self._routed(owner.__dict__["fit"] if owner is not model_class else model_class.fit)
+            self._route_fit_of(owner)
         for name, method in methods.items():
             setattr(model_class, name, method)
+        # a subclass defined inside the block (the cell imports KerasHub, say) has its own fit routed too
+        self._saved.append((model_class, "__init_subclass__", model_class.__dict__.get("__init_subclass__", MISSING)))
+        routing, base = self, model_class
+
+        def routed_subclass(cls, **kwargs):
+            super(base, cls).__init_subclass__(**kwargs)
+            if inspect.isfunction(cls.__dict__.get("fit")):
+                routing._route_fit_of(cls)
+
+        model_class.__init_subclass__ = classmethod(routed_subclass)
         return self
+
+    def _route_fit_of(self, owner) -> None:
+        """``owner``'s ``fit`` (its own, or Keras's for ``keras.Model``) routed, restored at the block's end."""
+        self._saved.append((owner, "fit", owner.__dict__.get("fit", MISSING)))
+        owner.fit = self._routed(owner.__dict__["fit"] if owner is not self._model_class else owner.fit)
 
     def _routed(self, original: Callable) -> Callable:
         def fit(model, *args, **kwargs):

@@ -120,3 +120,21 @@ def test_the_dashboard_compares_a_lora_fine_tunings_weighted_accuracy_and_speed(
     accuracy = rows["final sparse_categorical_accuracy"]
     assert "-" not in accuracy[:2] and accuracy[0] == accuracy[1], rows
     assert "-" not in rows["samples/s"][:2], rows
+
+
+def test_batch_size_max_sizes_a_lora_fine_tuning_within_the_cells_budget(shell, capsys):
+    """``%%lms_fit --batch-size max --budget`` over a KerasHub causal LM's ``(x, y, sample_weight)`` on JAX: the
+    batch chosen within the budget, then trained at."""
+    import re
+
+    from tests.hub import causal_lm, lm_data
+
+    shell.user_ns.update(causal_lm=causal_lm, data=lm_data(n=64, sequence=32))
+    outcome = shell.run_cell("%%lms_fit --batch-size max --budget 24MiB -o\nmodel = causal_lm(layers=1, hidden=32)\n"
+                             "x, y, weights = data\nhistory = model.fit(x, y, sample_weight=weights, verbose=0)")
+    assert outcome.success, outcome.error_in_exec
+    printed = capsys.readouterr().out
+    chosen = int(re.search(r"--batch-size max: batch (\d+)", printed).group(1))
+    (variant,) = shell.user_ns["_"].variants
+    assert variant.status == "ok" and np.isfinite(shell.user_ns["history"].history["loss"]).all()
+    assert variant.batch_size == min(chosen, 64) and variant.lms_stats["device_peak_bytes"] <= 24 * 2**20

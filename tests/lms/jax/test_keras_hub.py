@@ -138,3 +138,17 @@ def test_batch_size_max_sizes_a_lora_fine_tuning_within_the_cells_budget(shell, 
     (variant,) = shell.user_ns["_"].variants
     assert variant.status == "ok" and np.isfinite(shell.user_ns["history"].history["loss"]).all()
     assert variant.batch_size == min(chosen, 64) and variant.lms_stats["device_peak_bytes"] <= 24 * 2**20
+
+
+def test_lms_tune_predicts_and_measures_a_lora_fine_tuning_on_its_weighted_dict_data():
+    """%lms_tune's session on a KerasHub causal LM with LoRA and ``(x, y, sample_weight)``: the plan's prediction
+    below the plain one, and Measure's trials train both ways."""
+    import lms_magic
+    from lms_magic.lms.core.autotune import Setting
+    from tests.hub import causal_lm, lm_data
+
+    session = lms_magic.TuningSession(causal_lm(layers=1, hidden=32), lm_data(n=16, sequence=32), 8,
+                                      budget="64MiB", min_bytes=0)
+    every, plain = (session.measure(Setting(n_tensors=n, lb=1, batch_size=8)) for n in (-1, 0))
+    assert every.status == plain.status == "ok", (every, plain)
+    assert every.predicted_peak_bytes < plain.predicted_peak_bytes

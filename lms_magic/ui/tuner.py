@@ -33,6 +33,9 @@ class Tuner:
     ``redraw_s`` how long to predict and redraw everything (figures included).
     ``on_apply(n_tensors, lb)`` is called by Apply (``%lms_tune`` passes
     ``%%lms_fit``'s ``apply_defaults``).
+
+    Its state is mostly widgets: the sliders, toggles, buttons, figures and status lines a notebook shows, each
+    an attribute the callbacks and the tests read; the rest is the session and the last estimate and timings.
     """
 
     def __init__(self, session, max_trials: int = 12, on_apply=None):

@@ -44,19 +44,20 @@ class TensorFlowBackend(FirstStepChecks):
         model: the compiled Keras model.
         options: the LMS options, with ``device`` and ``host_device`` resolved.
         stats: the fit's stats (``capacity_bytes`` and ``batch_size`` found by the callback).
+
+    Its state, by part: what it was given (the model, options, stats), the planner and the optional parts
+    (lean ops, the hybrid plan), the traces' (the step traced, its candidates, the plan and the tensors it swaps
+    by batch size, the executed graphs and scratch wanted), the first step's checks (``check``: a
+    ``first_step.CheckState``) and the memo's (the model's own function, the options' key). The parts that
+    decide are in ``planner.py`` and ``first_step.py``; what stays here is read by both.
     """
 
     jit_note = "XLA (jit_compile) is off while LMS trains: XLA ignores the swap ordering"
 
     def __init__(self, model, options: LmsOptions, stats: LmsStats):
-        self.model, self.selection, self.lb, self.budget_bytes = model, options.selection, options.lb, options.budget_bytes
-        self.device, self.host_device, self.stats = options.device, options.host_device, stats
-        # under a distribution strategy every replica's device is relieved with the first's plan (its ops counted)
-        self._elsewhere = (self.host_device, *(d for d in stats.devices if d != self.device))
-        self.recompute = options.recompute
+        self.model, self.options, self.stats = model, options, stats
         self._layer_of = _rewrite_ops.layer_resolver(model)
         self.planner = TracePlanner(options, stats, self._layer_of, self._elsewhere, self._persistent_bytes)
-        self.order_backward = self.planner.order_backward
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
@@ -77,6 +78,21 @@ class TensorFlowBackend(FirstStepChecks):
         self._options_key = options_key(options)  # what of the options the remembered plan depends on
         self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them
         self._state_built = False  # the model's state built before the first trace (train_function)
+
+    # what the options say, read where the rewrite and the checks need them
+    selection = property(lambda self: self.options.selection)
+    lb = property(lambda self: self.options.lb)
+    budget_bytes = property(lambda self: self.options.budget_bytes)
+    device = property(lambda self: self.options.device)
+    host_device = property(lambda self: self.options.host_device)
+    recompute = property(lambda self: self.options.recompute)
+    order_backward = property(lambda self: self.planner.order_backward)
+
+    @property
+    def _elsewhere(self) -> tuple:
+        """The devices LMS does not relieve: the host and, under a distribution strategy, every replica's device
+        but the first's (relieved with the first's plan, its ops counted)."""
+        return (self.host_device, *(d for d in self.stats.devices if d != self.device))
 
     def train_function(self, function):
         """``function`` with the model's metrics, loss and optimizer state built before its first call

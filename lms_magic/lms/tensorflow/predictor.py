@@ -77,6 +77,10 @@ class TensorFlowStepPredictor(PrefixPredictions):
     Raises:
         ValueError: the model is not compiled, or the sample has no batch.
 
+    Its state is its arguments (7), the traces it keeps by batch size and their reading (the traced steps,
+    the lines read off two of them, the kernels' scratch measured), and a cache of each prediction asked for:
+    the sliders ask the same predictions again and again, each a replay.
+
     Example:
         >>> import keras, numpy as np
         >>> model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(256, activation="relu")

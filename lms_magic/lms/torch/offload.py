@@ -194,6 +194,10 @@ class TorchOffloader:
         observer: called with an :class:`OffloadEvent` as each storage goes to the host ("offload"),
             starts back ("copy_in") and is read by the backward pass ("read"): to watch the offloading
             (the tests do) without changing it. Defaults to None.
+
+    Its state is its arguments, the storages of the step running (saved, offloaded, on their way back, read),
+    their copy stream and events, and what the steps did (candidates, counts, the measured peak): the hooks
+    PyTorch calls for each saved tensor share it within a step, so it is one object.
     """
 
     def __init__(self, selection: Selection, lb: int = 1, budget_bytes: int | None = None, device=None,

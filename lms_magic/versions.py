@@ -1,6 +1,6 @@
 """The framework versions LMS is tested with, and the check that refuses others before anything changes.
 
-LMS reaches into Keras's, TensorFlow's and JAX's internals (``internals/`` and the backends' ``internals.py``);
+LMS reaches into Keras's, TensorFlow's and JAX's internals (the ``internals.py`` files);
 outside the range below it refuses to start rather than fail half-way.
 """
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..internals import ModelFitReplaced
+from ..fit_interceptor import ModelFitReplaced
 from .snapshot import TrainingState
 
 
 class FitInterceptor(ModelFitReplaced):
     """While active, ``keras.Model.fit`` (or a subclass's own ``fit``: the outermost one called) and
     ``keras.Model.fit_generator`` call ``run(fit, model, args, kwargs)``, ``fit`` the one called, unreplaced
-    (``internals.ModelFitReplaced``, the one interceptor of ``fit``).
+    (``fit_interceptor.ModelFitReplaced``, the one interceptor of ``fit``).
 
     Each model is captured at its first ``fit`` in the cell, so :meth:`restore_models` can put every model back as
     it was before the cell. ``keras.Model`` is as before on exit, whatever happened.

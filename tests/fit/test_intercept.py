@@ -1,10 +1,10 @@
-"""The one interceptor of ``keras.Model.fit`` (``internals/fit_interceptor.py``): the fit the user called is the one
+"""The one interceptor of ``keras.Model.fit`` (``fit_interceptor.py``): the fit the user called is the one
 routed, Keras's or a subclass's own, whenever that subclass was defined."""
 
 import keras
 import numpy as np
 
-from lms_magic.internals import ModelFitReplaced
+from lms_magic.fit_interceptor import ModelFitReplaced
 
 
 class Recorded(ModelFitReplaced):

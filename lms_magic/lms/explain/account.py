@@ -9,14 +9,14 @@ unchanged. Before the account, the library frames of the error's traceback let g
 (``memory.errors.release_library_frames``), so the device is free for it and for the next cell.
 :class:`FitsExplained` (``%%gpumem --explain``) gives the account instead of training. The account traces the step
 and trains nothing: the model, its weights and the optimizer state stay as the error left them. Both catch ``fit``
-through ``internals.ModelFitReplaced``, the one interceptor of ``fit``.
+through ``fit_interceptor.ModelFitReplaced``, the one interceptor of ``fit``.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ...internals import ModelFitReplaced
+from ...fit_interceptor import ModelFitReplaced
 from ...memory.errors import explained, is_out_of_memory, release_library_frames
 
 DEFAULT_BATCH_SIZE = 32  # Keras's, where a fit of arrays names none

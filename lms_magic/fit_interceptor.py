@@ -1,5 +1,5 @@
 """The one interceptor of ``keras.Model.fit``: the magics and the out-of-memory account route each fit call
-through it."""
+through it. It replaces public attributes only (``fit``, ``__init_subclass__``), so it is not in ``internals.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 import sys
 from typing import Callable
 
-from .patching import MISSING
+from .internals import MISSING
 
 
 class ModelFitReplaced:

@@ -129,7 +129,7 @@ def test_batch_size_max_sizes_a_lora_fine_tuning_within_the_cells_budget(shell, 
 
     from tests.hub import causal_lm, lm_data
 
-    shell.user_ns.update(causal_lm=causal_lm, data=lm_data(n=64, sequence=32))
+    shell.user_ns.update(causal_lm=causal_lm, data=lm_data(n=16, sequence=32))
     outcome = shell.run_cell("%%lms_fit --batch-size max --budget 24MiB -o\nmodel = causal_lm(layers=1, hidden=32)\n"
                              "x, y, weights = data\nhistory = model.fit(x, y, sample_weight=weights, verbose=0)")
     assert outcome.success, outcome.error_in_exec
@@ -137,7 +137,7 @@ def test_batch_size_max_sizes_a_lora_fine_tuning_within_the_cells_budget(shell, 
     chosen = int(re.search(r"--batch-size max: batch (\d+)", printed).group(1))
     (variant,) = shell.user_ns["_"].variants
     assert variant.status == "ok" and np.isfinite(shell.user_ns["history"].history["loss"]).all()
-    assert variant.batch_size == min(chosen, 64) and variant.lms_stats["device_peak_bytes"] <= 24 * 2**20
+    assert variant.batch_size == min(chosen, 16) and variant.lms_stats["device_peak_bytes"] <= 24 * 2**20
 
 
 def test_lms_tune_predicts_and_measures_a_lora_fine_tuning_on_its_weighted_dict_data():

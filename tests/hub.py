@@ -138,3 +138,21 @@ def labelled_tokens(n: int = 32, sequence: int = 64, classes: int = 3, seed: int
     """BERT's inputs (token ids, a padding mask, segment ids) and a class label each."""
     x, _ = tokens("bert", n=n, sequence=sequence)
     return x, np.random.default_rng(seed).integers(0, classes, n)
+
+
+def dashboard_of_a_lora_fine_tuning(shell):
+    """``%%lms_fit --compare`` over a small causal LM with LoRA fit on ``(x, y, sample_weight)``, every candidate
+    moved: the result, after checking what every backend's dashboard must show (the weighted accuracy both ways,
+    the same; the samples a second)."""
+    shell.user_ns.update(causal_lm=causal_lm, data=lm_data(n=16, sequence=32))
+    result = shell.run_cell_magic("lms_fit", "--compare -q -o --n-tensors -1 --min-bytes 0", (
+        "model = causal_lm(layers=1, hidden=32)\n"
+        "x, y, weights = data\n"
+        "model.fit(x, y, sample_weight=weights, batch_size=8, verbose=0)\n"))
+    plain, lms = result.variants
+    assert plain.status == lms.status == "ok" and lms.lms_stats["swapped_tensors"] > 0
+    rows = {row[0]: row[1:] for row in result.table()}
+    accuracy = rows["final sparse_categorical_accuracy"]
+    assert "-" not in accuracy[:2] and accuracy[0] == accuracy[1], rows
+    assert "-" not in rows["samples/s"][:2], rows
+    return result

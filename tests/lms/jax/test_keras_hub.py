@@ -107,19 +107,9 @@ def test_largest_batch_reads_a_dict_of_inputs_with_sample_weights():
 def test_the_dashboard_compares_a_lora_fine_tunings_weighted_accuracy_and_speed(shell):
     """``%%lms_fit --compare`` over a KerasHub causal LM with LoRA fit on ``(x, y, sample_weight)``: every
     candidate moved, the dashboard compares the weighted accuracy both ways (the same), and the samples a second."""
-    from tests.hub import causal_lm, lm_data
+    from tests.hub import dashboard_of_a_lora_fine_tuning
 
-    shell.user_ns.update(causal_lm=causal_lm, data=lm_data(n=16, sequence=32))
-    result = shell.run_cell_magic("lms_fit", "--compare -q -o --n-tensors -1 --min-bytes 0", (
-        "model = causal_lm(layers=1, hidden=32)\n"
-        "x, y, weights = data\n"
-        "model.fit(x, y, sample_weight=weights, batch_size=8, verbose=0)\n"))
-    plain, lms = result.variants
-    assert plain.status == lms.status == "ok" and lms.lms_stats["swapped_tensors"] > 0
-    rows = {row[0]: row[1:] for row in result.table()}
-    accuracy = rows["final sparse_categorical_accuracy"]
-    assert "-" not in accuracy[:2] and accuracy[0] == accuracy[1], rows
-    assert "-" not in rows["samples/s"][:2], rows
+    dashboard_of_a_lora_fine_tuning(shell)
 
 
 def test_batch_size_max_sizes_a_lora_fine_tuning_within_the_cells_budget(shell, capsys):

@@ -42,7 +42,7 @@ PARALLEL := -n auto --maxprocesses=4 --dist worksteal
 ONE_BROWSER := --deselect 'tests/test_browser.py::test_dashboard_renders_in_the_browser[notebook]'
 test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PARALLEL) --durations=10 $(ONE_BROWSER) $(OTHER_BACKENDS)
-	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings
+	KERAS_BACKEND=torch $(BIN)/python -m pytest $(PARALLEL) $(TORCH_TESTS) -p no:warnings
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
 # Keras's own trainer tests (from the installed Keras's sdist on PyPI) with LMS() added to every fit, on each
@@ -59,7 +59,7 @@ test-keras: $(STAMP)
 # against their own traces, the replay against the allocator's peak. (test-all: its old name.)
 test-release: $(STAMP) browser
 	LMS_SOAK_CALLS=120 $(BIN)/python -m pytest $(PARALLEL) --durations=10 -m "release or not release" $(OTHER_BACKENDS)
-	KERAS_BACKEND=torch $(BIN)/python -m pytest $(TORCH_TESTS) -p no:warnings -m "release or not release"
+	KERAS_BACKEND=torch $(BIN)/python -m pytest $(PARALLEL) $(TORCH_TESTS) -p no:warnings -m "release or not release"
 	KERAS_BACKEND=jax $(BIN)/python -m pytest $(PARALLEL) $(JAX_TESTS) -p no:warnings
 
 test-all: test-release

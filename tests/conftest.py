@@ -76,7 +76,18 @@ def split_tensorflow_cpu() -> None:
         raise RuntimeError("TensorFlow started before the tests split its CPU")
 
 
+def share_the_cores_with_other_workers() -> None:
+    """Under pytest-xdist, PyTorch's CPU ops take this worker's share of the cores (as TensorFlow's do above): each
+    worker's PyTorch taking every core made the parallel run slower than one process."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and os.environ.get("KERAS_BACKEND") == "torch":
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def pytest_collection_modifyitems(config, items):
+    share_the_cores_with_other_workers()
     if any("gpu" in item.keywords for item in items) and not _gpu_available():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU (NVML finds none on this machine)")
         for item in items:

@@ -86,7 +86,7 @@ def test_lora_fine_tuning_with_sample_weights_trains_as_without_lms(dtype="mixed
     callback = LMS(n_tensors=-1, verbose=0)
     for callbacks in ([], [callback]):
         x, y, weights = lm_data(n=16, sequence=32)
-        histories.append(causal_lm(dtype=dtype).fit(x, y, sample_weight=weights, batch_size=8, verbose=0,
+        histories.append(causal_lm(layers=1, hidden=32, dtype=dtype).fit(x, y, sample_weight=weights, batch_size=8, verbose=0,
                                                      shuffle=False, callbacks=callbacks).history)
     np.testing.assert_allclose(histories[1]["loss"], histories[0]["loss"], rtol=1e-5)
     assert callback.stats.swapped_tensors > 0

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     from tests.hub import fit_both
     tf.config.experimental.enable_op_determinism()
     callback = LMS(min_bytes=0, verbose=0)  # the default plan: a probe, then the plan on the executed graphs
-    (plain_loss, plain_weights), (loss, weights) = fit_both("gpt2", callback, epochs=2, sequence=64)
+    (plain_loss, plain_weights), (loss, weights) = fit_both("gpt2", callback, epochs=2, layers=1, sequence=64)
     stats = callback.stats
     print(json.dumps({"same_loss": loss == plain_loss, "loss": loss,
                       "same_weights": all(np.array_equal(a, b) for a, b in zip(plain_weights, weights)),

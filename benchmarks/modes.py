@@ -188,9 +188,9 @@ def main() -> None:
         if args.mode not in TORCH_MODES:
             parser.error(f"--mode {args.mode} is TensorFlow's; on PyTorch: {', '.join(TORCH_MODES)}")
         sys.path.insert(0, str(CODE))
-        measure = torch_lean if args.mode == "lean" else torch_recompute
+        torch_measure = torch_lean if args.mode == "lean" else torch_recompute
         report([figure for name in args.models or ["ResNet50", "DenseNet121"]
-                for figure in measure(name, args.size, args.batch, args.steps or 3)])
+                for figure in torch_measure(name, args.size, args.batch, args.steps or 3)])
         return
     if args.mode not in MODES:
         parser.error(f"--mode {args.mode} is PyTorch's (KERAS_BACKEND=torch); on TensorFlow: {', '.join(MODES)}")

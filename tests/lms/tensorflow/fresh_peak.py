@@ -61,7 +61,7 @@ def _measure_here(name: str) -> int:
         return plain_step_peak(model, x, y, spec_of(name)[2])
     from tests import models
 
-    build, (x, y) = {"reference cnn": (models.reference_cnn, models.images(64, 64)),
+    build, (x, y) = {"reference cnn": (models.reference_cnn_small, models.images(64, 32)),
                      "residual": (models.residual_bn_dropout, models.images(64, 32)),
                      "subclassed": (models.custom_step, models.images(64, 32))}[name]
     return plain_step_peak(build(), x, y, 32)

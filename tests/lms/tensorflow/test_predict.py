@@ -9,7 +9,7 @@ from . import fresh_peak
 
 
 @pytest.mark.parametrize("name, build, data, batch_size", [
-    ("reference cnn", models.reference_cnn, lambda: models.images(64, 64), 32),
+    ("reference cnn", models.reference_cnn_small, lambda: models.images(64, 32), 32),
     ("residual", models.residual_bn_dropout, lambda: models.images(64, 32), 32),
     ("subclassed", models.custom_step, lambda: models.images(64, 32), 32),
 ])

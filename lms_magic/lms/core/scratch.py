@@ -33,13 +33,24 @@ MIN_SCRATCH_BYTES = 2**20
 
 class Allocation(NamedTuple):
     """One allocator event: the op that made the allocation (empty for a free), its region ("output", "temp"...),
-    its bytes and address, and whether it is a free."""
+    its bytes and address, whether it is a free, when (ps), and the allocator's bytes in use after it."""
 
     op: str
     region: str
     nbytes: int
     address: int
     freed: bool
+    time_ps: int = 0
+    in_use_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """What a profiler saw in one step: the device allocator's ``events`` in time order (:class:`Allocation`) and
+    each op's run (``runs``: the op's name as the profiler gives it -> its first start and last end, in ps)."""
+
+    events: list
+    runs: dict
 
 
 def kernel_scratch(events: Iterable[Allocation], op_name: Callable[[str], str] = str) -> dict[str, int]:
@@ -124,4 +135,4 @@ class KernelScratch:
         return ", ".join(f"{layer}'s kernel scratch {format_size(nbytes)}" for layer, nbytes in largest if nbytes)
 
 
-__all__ = ["Allocation", "GROWS_WITH_BATCH", "KernelScratch", "MIN_SCRATCH_BYTES", "kernel_scratch"]
+__all__ = ["Allocation", "GROWS_WITH_BATCH", "KernelScratch", "MIN_SCRATCH_BYTES", "StepProfile", "kernel_scratch"]

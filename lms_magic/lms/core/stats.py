@@ -74,9 +74,11 @@ class LmsStats:
     # since that step began (its trace, run and check so far)
     steps_left: int | None = None
     checked_step_s: float | None = None
-    # the first step of the plan that runs, read from the device's allocator (a GPU's): the weights and optimizer
-    # state plus the step's peak over what the device held before it; None where not read
+    # the first step of the plan that runs, read from the device's allocator (a GPU's; on the simulated device, the
+    # allocator it shares with the host less what the host held: measured_source): the weights and optimizer state
+    # plus the step's peak over what the device held before it; None where not read
     measured_step_peak_bytes: int | None = None
+    measured_source: str | None = None  # how measured_step_peak_bytes was read where not the device's allocator alone
     predicted_step_peak_bytes: int | None = None  # what the plan predicted for that step
     replanned: bool = False  # the plan was made again after its first step held more than it was allowed
     # the model asks for XLA (jit_compile; torch.compile on PyTorch) and LMS turned it off for its steps (the

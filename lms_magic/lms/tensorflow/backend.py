@@ -21,6 +21,7 @@ import tensorflow as tf
 from ... import internals
 from .. import samples as _samples
 from ..core.plan import Plan
+from ..core.scratch import kernel_scratch
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..memo import PLANS, options_key
@@ -33,7 +34,7 @@ from . import lean as _lean
 from . import recompute as _recompute
 from . import rewrite as _rewrite_ops
 from .first_step import CheckState, FirstStepChecks, Phase
-from .graph import replica_prefix
+from .graph import op_name_in_step, replica_prefix
 from .planner import TracePlanner
 from .traced import TracedStep
 
@@ -72,6 +73,7 @@ class TensorFlowBackend(FirstStepChecks):
         self._budget_checked = False
         self._graphs = _executed.ExecutedGraphs()
         self._scratch_read: list = []  # the kernels' scratch the first step held, until read (_check_first_step)
+        self._profiled: list = []  # the checked step's profile off a GPU (core.scratch.StepProfile), until read
         self.check = CheckState()  # the first step's checks: phase, retraces, the probe's figures, the memo's key
         self._persistent_tensors = None
         self._own_function = model.train_function  # the model's own: a new one (compile()) forgets its plans
@@ -111,13 +113,19 @@ class TensorFlowBackend(FirstStepChecks):
         """The executed graphs collected while a step's plan is checked (the first step, and the step after a
         retrace); with ``lean_ops``, the model's BatchNormalization layers lean while the step runs (traces)."""
         with contextlib.ExitStack() as stack:
-            if self._graphs.wanted:  # the graphs TensorFlow instantiates in this step; its kernels' scratch once
-                if self.check.retraces == 0:
-                    stack.enter_context(_executed.kernel_scratch_recorded(self._scratch_read.append, self.device))
+            if self._graphs.wanted:  # the graphs TensorFlow instantiates in this step; off a GPU, its profile: the
+                # kernels' scratch (once) and, on the simulated device, what LMS's step held there (_measured_here)
+                self._profiled.clear()
+                stack.enter_context(_executed.step_profile_recorded(self._step_profiled, self.device))
                 stack.enter_context(tf_internals.collected_function_graphs(self._graphs.collected))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
             yield
+
+    def _step_profiled(self, profile) -> None:
+        if self.check.retraces == 0:
+            self._scratch_read.append(kernel_scratch(profile.events, op_name_in_step))
+        self._profiled.append(profile)
 
     def train_step(self, original):
         """``original`` with the swaps inserted into each trace of it."""

@@ -17,23 +17,31 @@ from .rewrite import TensorCandidate
 from .traced import TracedStep, device_suffix, recomputes_just_in_time
 
 __all__ = ["ExecutedGraphs", "ExecutedStep", "executed_peaks", "kernel_scratch_recorded", "peaks_by_device",
+           "step_profile_recorded",
            "train_partitions"]
+
+
+def step_profile_recorded(recorded, device: str | None):
+    """A block (a train step) whose profile ``recorded`` gets (a ``core.scratch.StepProfile``:
+    ``internals.step_profiled``), where ``device`` is not a GPU (as ``kernel_scratch_recorded``)."""
+    import contextlib
+
+    from .internals import step_profiled
+
+    if (device or "").upper().startswith("/GPU"):
+        return contextlib.nullcontext()
+    return step_profiled(recorded)
 
 
 def kernel_scratch_recorded(recorded, device: str | None):
     """A block (a train step) whose kernels' scratch ``recorded`` gets, by op as named in the step
-    (``core.scratch.kernel_scratch`` of TensorFlow's profiler's allocator events: ``internals.scratch_allocations_recorded``),
+    (``core.scratch.kernel_scratch`` of TensorFlow's profiler's allocator events: ``internals.step_profiled``),
     where ``device`` is not a GPU: on a GPU the profiler would trace the device too (CUPTI; its options are not
     honoured in TensorFlow 2.21), and the reading there has had no GPU run yet. Elsewhere nothing is read."""
-    import contextlib
-
     from ..core.scratch import kernel_scratch
     from .graph import op_name_in_step
-    from .internals import scratch_allocations_recorded
 
-    if (device or "").upper().startswith("/GPU"):
-        return contextlib.nullcontext()
-    return scratch_allocations_recorded(lambda events: recorded(kernel_scratch(events, op_name_in_step)))
+    return step_profile_recorded(lambda profile: recorded(kernel_scratch(profile.events, op_name_in_step)), device)
 
 
 class ExecutedGraphs:

@@ -81,6 +81,8 @@ class FirstStepChecks:
             check.phase = Phase.PLANNED
             return Action.STEP_OUT if check.remembered.stepped_out else Action.KEEP
         action = self._check_first_step()
+        if action is Action.KEEP and measured_step_bytes is None:
+            measured_step_bytes = self._measured_here()
         if action is Action.KEEP and measured_step_bytes is not None:
             action = self._check_measured(measured_step_bytes)
         if action is not Action.RETRACE and check.memo_key is not None and check.retraces < RETRACES_PER_PLAN:
@@ -89,6 +91,28 @@ class FirstStepChecks:
                            RememberedPlan(tuple(moved), self.stats, action is Action.STEP_OUT))
             check.memo_key = None
         return action
+
+    def _measured_here(self) -> int | None:
+        """Off a GPU, where the checked step moved tensors and was profiled: what the simulated device itself held
+        in it over what it held before (the allocator, shared with the host, less what the host held along each
+        swap's route: ``shared_host.py``); None where the step was not profiled or the profile missed a swap."""
+        profiles, self._profiled = self._profiled, []
+        partitions = self.stats.partition_graphs
+        if not profiles or not partitions or not self.stats.swapped_tensors + self.stats.recomputed_tensors:
+            return None
+        from .partitions import swap_routes
+        from .traced import device_suffix
+        from . import shared_host
+
+        try:
+            before, peak, unseen = shared_host.lms_step_held(profiles[-1], swap_routes(partitions, device_suffix(self.device)), self.step.size_of)
+        except Exception as error:  # a measurement must never stop training
+            self.stats.notes.append(f"the step was not measured ({type(error).__name__}: {error})")
+            return None
+        if unseen or peak <= 0:
+            return None
+        self.stats.measured_source = "its allocator less what the host held there, on the simulated device"
+        return max(0, peak - before)
 
     def _check_measured(self, step_bytes: int) -> Action:
         """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``):

@@ -134,11 +134,12 @@ def layer_tree(model) -> tuple[str, dict]:
 
 
 @contextlib.contextmanager
-def scratch_allocations_recorded(recorded: Callable) -> Iterator[None]:
-    """Calls ``recorded`` with the kernels' own allocations in the block (the region TensorFlow's profiler calls
-    "temp", each with the op that made it) and their frees, in time order, as ``core.scratch.Allocation``; where
-    the profiler cannot run (another session is on, as a ``TensorBoard(profile_batch=...)`` holds one), the block
-    runs and ``recorded`` is not called.
+def step_profiled(recorded: Callable) -> Iterator[None]:
+    """Calls ``recorded`` with what TensorFlow's profiler saw in the block (a train step): a ``core.scratch.StepProfile``
+    of the busiest allocator's events in time order (each allocation with the op that made it and its region:
+    "output", "temp"...; each free; the bytes in use after each) and each op's run (its first start and last end).
+    Where the profiler cannot run (another session is on, as a ``TensorBoard(profile_batch=...)`` holds one), the
+    block runs and ``recorded`` is not called.
 
     The events are read from the profile the public ``tf.profiler.experimental`` writes, with the profiler's
     ``XSpace`` message (a TensorFlow proto outside its public API).
@@ -160,48 +161,57 @@ def scratch_allocations_recorded(recorded: Callable) -> Iterator[None]:
             tf.profiler.experimental.stop()
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-        events = []
+        from ..core.scratch import StepProfile
+
+        events, runs = [], {}
         for path in glob.glob(f"{folder}/plugins/profile/*/*.xplane.pb"):
             with open(path, "rb") as file:
-                events += _scratch_events(xplane_pb2.XSpace.FromString(file.read()))
-        recorded([allocation for _, allocation in sorted(events, key=lambda event: event[0])])
+                _read_space(xplane_pb2.XSpace.FromString(file.read()), events, runs)
+        allocators: dict = {}
+        for _, allocator, event in events:
+            if not event.freed:
+                allocators[allocator] = allocators.get(allocator, 0) + 1
+        busiest = max(allocators, key=allocators.get, default=None)
+        ours = {event.address for _, allocator, event in events if allocator == busiest and not event.freed}
+        recorded(StepProfile([event for _, allocator, event in sorted(events, key=lambda found: found[0])
+                              if allocator == busiest or event.freed and not allocator and event.address in ours],
+                             runs))
 
 
-def _scratch_events(space) -> list:
-    """(time in ps, ``core.scratch.Allocation``) of each "temp" allocation in ``space`` (an XSpace) and of each
-    free of one: the fields read by their stats' metadata ids, a free's address alone (the first event kinds of a
-    step's tens of thousands)."""
-    from ..core.scratch import SCRATCH_REGION, Allocation
+def _read_space(space, events: list, runs: dict) -> None:
+    """Adds ``space``'s (an XSpace) allocator events to ``events`` as (time in ps, allocator, ``core.scratch.Allocation``)
+    and each op's run to ``runs`` (its name in the step: its first start and last end in ps). The fields are read by
+    their stats' metadata ids (a step has tens of thousands of events)."""
+    from ..core.scratch import Allocation
 
-    found, frees = [], []
     for plane in space.planes:
         kinds = {key: value.name == "MemoryDeallocation" for key, value in plane.event_metadata.items()
                  if value.name in ("MemoryAllocation", "MemoryDeallocation")}
+        op_names = {key: value.name.rsplit(":", 1)[0] for key, value in plane.event_metadata.items()
+                    if ":" in value.name and "::" not in value.name}
         ids = {value.name: key for key, value in plane.stat_metadata.items()}
-        op_id, region_id = ids.get("tf_op"), ids.get("region_type")
-        bytes_id, address_id, temp_id = ids.get("allocation_bytes"), ids.get("addr"), ids.get(SCRATCH_REGION)
+        wanted = {ids.get(name): name for name in ("tf_op", "region_type", "allocation_bytes", "addr",
+                                                   "bytes_allocated", "allocator_name")}
         names = plane.stat_metadata
         for line in plane.lines:
             start_ps = line.timestamp_ns * 1000
             for event in line.events:
+                time_ps = start_ps + event.offset_ps
                 freed = kinds.get(event.metadata_id)
                 if freed is None:
+                    op = op_names.get(event.metadata_id)
+                    if op is not None:
+                        first, last = runs.get(op, (time_ps, time_ps))
+                        runs[op] = (min(first, time_ps), max(last, time_ps + event.duration_ps))
                     continue
-                if freed:
-                    for stat in event.stats:
-                        if stat.metadata_id == address_id:
-                            frees.append((start_ps + event.offset_ps, stat.uint64_value or stat.int64_value))
-                            break
-                    continue
-                read = {stat.metadata_id: stat for stat in event.stats}
-                region = read.get(region_id)
-                if region is None or not (region.ref_value == temp_id and temp_id is not None or
-                                          region.str_value == SCRATCH_REGION):
-                    continue
-                op, nbytes, address = read.get(op_id), read.get(bytes_id), read.get(address_id)
-                op_name = "" if op is None else names[op.ref_value].name if op.ref_value in names else op.str_value
-                found.append((start_ps + event.offset_ps, Allocation(
-                    op_name, SCRATCH_REGION, 0 if nbytes is None else nbytes.uint64_value or nbytes.int64_value,
-                    0 if address is None else address.uint64_value or address.int64_value, False)))
-    temps = {allocation.address for _, allocation in found}
-    return found + [(time_ps, Allocation("", "", 0, address, True)) for time_ps, address in frees if address in temps]
+                read = {}
+                for stat in event.stats:
+                    name = wanted.get(stat.metadata_id)
+                    if name is not None:
+                        kind = stat.WhichOneof("value")
+                        value = getattr(stat, kind)
+                        read[name] = names[value].name if kind == "ref_value" and value in names else value
+                events.append((time_ps, read.get("allocator_name", ""), Allocation(
+                    "" if freed else str(read.get("tf_op", "")), "" if freed else str(read.get("region_type", "")),
+                    int(read.get("allocation_bytes", 0) or 0), int(read.get("addr", 0) or 0), freed, time_ps,
+                    int(read.get("bytes_allocated", 0) or 0))))

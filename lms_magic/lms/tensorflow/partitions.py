@@ -10,7 +10,7 @@ does not. The reader takes GraphDef protos, or anything with the same fields.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from ..core.simulate import Node, as_soon_as_ready, collector_paused, execution_order
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, SHAPE_OPS, SWAP_OPS, is_recompute_op, is_swap_op,
@@ -290,3 +290,53 @@ def _propagate_priorities(nodes: list[Node]) -> None:
                                node.alias_input, max([p for p in sources if p >= 0], default=0.0),
                                node.forwards_input)
         by_name[node.name] = nodes[position]
+
+
+class SwapRoute(NamedTuple):
+    """One swapped tensor's way through the executed step: the device op (its name, type) and output that made it,
+    the device ops that read it there (``readers``), the host ops that send it back (``swap_ins``) and the device ops
+    it lands at (``landings``)."""
+
+    producer: str
+    op_type: str
+    index: int
+    readers: tuple
+    swap_ins: tuple
+    landings: tuple
+
+
+def swap_routes(partition_graphs: Iterable, device: str) -> list[SwapRoute]:
+    """Each swapped tensor's :class:`SwapRoute` in the partition graphs, in the order of its first swap-in.
+
+    Example:
+        >>> from types import SimpleNamespace as N
+        >>> attr = lambda name: {"tensor_name": N(s=name.encode())}
+        >>> graph = N(node=[N(name="relu", op="Relu", input=[], device="GPU:0", attr={}),
+        ...     N(name="pool", op="MaxPool", input=["relu"], device="GPU:0", attr={}),
+        ...     N(name="send_out", op="_Send", input=["relu"], device="GPU:0", attr=attr("t0")),
+        ...     N(name="recv_out", op="_Recv", input=[], device="CPU:0", attr=attr("t0")),
+        ...     N(name="lms_swap_in/relu", op="Snapshot", input=["recv_out"], device="CPU:0", attr={}),
+        ...     N(name="send_in", op="_Send", input=["lms_swap_in/relu"], device="CPU:0", attr=attr("t1")),
+        ...     N(name="recv_in", op="_Recv", input=[], device="GPU:0", attr=attr("t1")),
+        ...     N(name="grad/lms_landed_0", op="Snapshot", input=["recv_in"], device="GPU:0", attr={})])
+        >>> swap_routes([graph], "GPU:0")
+        [SwapRoute(producer='relu', op_type='Relu', index=0, readers=('pool',), swap_ins=('lms_swap_in/relu',), landings=('grad/lms_landed_0',))]
+    """
+    index = _PartitionIndex(partition_graphs, device)
+    readers: dict[tuple[str, int], list[str]] = {}
+    for node in index.nodes:
+        for text in node.input:
+            name, position, control = _parse_input(text)
+            if not control:
+                readers.setdefault((name, position), []).append(node.name)
+    routes: dict[tuple[str, int], SwapRoute] = {}
+    for recv, origin in swapped_in(partition_graphs, device).items():
+        send = index.sends.get(_tensor_name(index.by_name[recv]))
+        swap_in = (_parse_input(send.input[0])[0],) if send is not None and send.input else ()
+        producer = index.by_name.get(origin[0])
+        route = routes.get(origin) or SwapRoute(origin[0], producer.op if producer is not None else "", origin[1], tuple(
+            name for name in readers.get(origin, ()) if index.on_device(index.by_name[name])
+            and index.by_name[name].op != "_Send"), (), ())
+        routes[origin] = route._replace(swap_ins=route.swap_ins + swap_in,
+                                        landings=route.landings + tuple(readers.get((recv, 0), ())))
+    return list(routes.values())

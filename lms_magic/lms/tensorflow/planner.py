@@ -140,7 +140,8 @@ class TracePlanner:
         if budget is None or stats.replanned or not self.searched(plan):
             return None
         stats.replanned, self.budget_bytes = True, budget
-        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
+        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step "
+                f"({stats.measured_source or 'its allocator'}), "
                 f"above the {format_size(allowed)} the plan was allowed ({format_size(persistent + predicted)} "
                 f"predicted): planned again for {format_size(budget)} in the replay's bytes, from a step that swaps "
                 "every eligible tensor")

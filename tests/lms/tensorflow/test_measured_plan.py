@@ -74,3 +74,26 @@ def test_a_plan_whose_first_step_held_within_what_it_was_allowed_stands(devices)
         return [re.sub(r"[0-9.]+ s\b", "... s", note) for note in notes]
 
     assert untimed(stats.notes) == untimed(first.notes)  # no step more traced or probed
+
+
+def test_on_the_simulated_device_the_first_step_is_measured_less_what_the_host_held(devices):
+    """Where the host shares the device's allocator (``simulate_accelerator``), LMS measures its own first step
+    there: the allocator less what the host held along each swap's route (the profile of the step), far below the
+    shared allocator's reading of the same step (which holds the host's copies) and a plain step's."""
+    from lms_magic.memory.frameworks import resettable_counter
+    from lms_magic.sizing.measured import StepPeaks
+
+    x, y = models.images(32, 32)
+    plain = StepPeaks(resettable_counter(devices.accelerator), skip=1)
+    models.reference_cnn_small().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False, callbacks=[plain])
+    callback = LMS(device=devices.accelerator, host_device=devices.host, n_tensors=-1, min_bytes=0, verbose=0)
+    shared = StepPeaks(resettable_counter(devices.accelerator))  # the first step too: the one LMS measured
+    models.reference_cnn_small().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False,
+                                     callbacks=[callback, shared])
+    stats = callback.stats
+    assert stats.swapped_tensors > 0 and "less what the host held" in stats.measured_source
+    measured = stats.measured_step_peak_bytes - stats.persistent_bytes
+    assert measured < 0.5 * shared.step_bytes[0] and measured < 0.5 * max(plain.step_bytes), \
+        (measured, shared.step_bytes, plain.step_bytes)
+    # at least what the replay of the plan says the device holds (the allocator rounds each buffer up)
+    assert measured >= 0.9 * (stats.predicted_step_peak_bytes - stats.persistent_bytes)

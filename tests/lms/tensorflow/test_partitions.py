@@ -93,3 +93,28 @@ def test_undo_recomputes_reads_the_original_and_drops_the_clones():
     with_lms, _ = nodes_from_partitions(recomputed_graph(), "device:GPU:0",
                                         lambda name, op, index: RECOMPUTED_SIZES.get(name), lambda name: None)
     assert replay(with_lms).peak_bytes < replay(nodes).peak_bytes
+
+
+def test_a_swapped_tensors_route_names_its_device_readers_its_swap_in_and_where_it_lands():
+    """Two landings of one tensor (two backward readers): one route; the host's copies and sends are not readers."""
+    from types import SimpleNamespace as N
+
+    from lms_magic.lms.tensorflow.partitions import swap_routes
+
+    def node(name, op, inputs, device, tensor=None):
+        return N(name=name, op=op, input=inputs, device=f"/job:localhost/replica:0/task:0/device:{device}",
+                 attr={"tensor_name": N(s=tensor.encode())} if tensor else {})
+
+    graph = N(node=[node("conv", "Conv2D", [], "GPU:0"), node("relu", "Relu", ["conv"], "GPU:0"),
+                    node("pool", "MaxPool", ["relu"], "GPU:0"), node("send", "_Send", ["relu"], "GPU:0", "t0"),
+                    node("recv", "_Recv", [], "CPU:0", "t0"),
+                    node("lms_swap_out/relu", "EnsureShape", ["recv"], "CPU:0"),
+                    node("lms_swap_in/relu", "Snapshot", ["lms_swap_out/relu"], "CPU:0"),
+                    node("send_in", "_Send", ["lms_swap_in/relu"], "CPU:0", "t1"),
+                    node("recv_in", "_Recv", [], "GPU:0", "t1"),
+                    node("grad/a/lms_landed_0", "Snapshot", ["recv_in"], "GPU:0"),
+                    node("grad/b/lms_landed_1", "Snapshot", ["recv_in"], "GPU:0")])
+    (route,) = swap_routes([graph], "device:GPU:0")
+    assert (route.producer, route.op_type, route.index) == ("relu", "Relu", 0)
+    assert route.readers == ("pool",) and route.swap_ins == ("lms_swap_in/relu",)
+    assert route.landings == ("grad/a/lms_landed_0", "grad/b/lms_landed_1")

@@ -60,7 +60,7 @@ def front_end(request, tmp_path):
     finally:
         sys.path.pop(0)
     notebook = nbformat.read(ROOT / "notebooks" / "lms_demo.ipynb", as_version=4)
-    run_demo.set_parameters(notebook, {"N_ROWS": "2_000", "IMAGE_SIZE": "64"})
+    run_demo.set_parameters(notebook, {"N_ROWS": "800", "IMAGE_SIZE": "64"})
     notebook.cells.insert(0, nbformat.v4.new_code_cell(
         f"import IPython, ipywidgets; print('{STACK_LINE}IPython', IPython.__version__, 'ipywidgets', "
         "ipywidgets.__version__)"))

@@ -33,7 +33,7 @@ def test_gpumem_demo_runs_and_reports(tmp_path, capsys):
 
 def test_lms_demo_shows_the_win_then_the_seed_experiment_headless(tmp_path, capsys):
     # the simulated device sized from this machine's measured step (kernels' scratch differs by CPU)
-    notebook = run_notebook("lms_demo.ipynb", tmp_path, {"N_ROWS": "2_000", "IMAGE_SIZE": "64"})
+    notebook = run_notebook("lms_demo.ipynb", tmp_path, {"N_ROWS": "800", "IMAGE_SIZE": "64"})
     printed = capsys.readouterr().out
     assert "test accuracy" in printed and "plan: fits the device; swapped per step: 0 bytes" in printed
     # before part 1's fit, why it does not fit: the convolutions fill the peak, and %%lms_fit trains the batch

@@ -70,7 +70,7 @@ class CheckState:
 
 class FirstStepChecks:
     """The decisions after a checked step, for ``TensorFlowBackend`` (which holds the state they read: ``_plan``,
-    ``stats``, ``step``, ``planner``, ``_graphs``, ``_chosen`` and ``check``, a :class:`CheckState`)."""
+    ``stats``, ``step``, ``planner``, ``_graphs``, ``_profiled``, ``_chosen`` and ``check``, a :class:`CheckState`)."""
 
     def first_step_done(self, measured_step_bytes: int | None = None) -> Action:
         """After the first LMS step (and the first after a retrace): the plan checked (``_check_first_step``), then
@@ -100,12 +100,13 @@ class FirstStepChecks:
         partitions = self.stats.partition_graphs
         if not profiles or not partitions or not self.stats.swapped_tensors + self.stats.recomputed_tensors:
             return None
+        from . import shared_host
         from .partitions import swap_routes
         from .traced import device_suffix
-        from . import shared_host
 
         try:
-            before, peak, unseen = shared_host.lms_step_held(profiles[-1], swap_routes(partitions, device_suffix(self.device)), self.step.size_of)
+            routes = swap_routes(partitions, device_suffix(self.device))
+            before, peak, unseen = shared_host.lms_step_held(profiles[-1], routes, self.step.size_of)
         except Exception as error:  # a measurement must never stop training
             self.stats.notes.append(f"the step was not measured ({type(error).__name__}: {error})")
             return None

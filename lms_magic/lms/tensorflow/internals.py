@@ -135,8 +135,8 @@ def layer_tree(model) -> tuple[str, dict]:
 
 @contextlib.contextmanager
 def step_profiled(recorded: Callable) -> Iterator[None]:
-    """Calls ``recorded`` with what TensorFlow's profiler saw in the block (a train step): a ``core.scratch.StepProfile``
-    of the busiest allocator's events in time order (each allocation with the op that made it and its region:
+    """Calls ``recorded`` with what TensorFlow's profiler saw in the block (a train step): a
+    ``core.scratch.StepProfile`` of the busiest allocator's events in time order (each allocation with the op that made it and its region:
     "output", "temp"...; each free; the bytes in use after each) and each op's run (its first start and last end).
     Where the profiler cannot run (another session is on, as a ``TensorBoard(profile_batch=...)`` holds one), the
     block runs and ``recorded`` is not called.
@@ -179,8 +179,8 @@ def step_profiled(recorded: Callable) -> Iterator[None]:
 
 
 def _read_space(space, events: list, runs: dict) -> None:
-    """Adds ``space``'s (an XSpace) allocator events to ``events`` as (time in ps, allocator, ``core.scratch.Allocation``)
-    and each op's run to ``runs`` (its name in the step: its first start and last end in ps). The fields are read by
+    """Adds ``space``'s (an XSpace) allocator events to ``events`` as (time in ps, allocator,
+    ``core.scratch.Allocation``) and each op's run to ``runs`` (its name in the step: its first start and last end in ps). The fields are read by
     their stats' metadata ids (a step has tens of thousands of events)."""
     from ..core.scratch import Allocation
 

@@ -334,9 +334,10 @@ def swap_routes(partition_graphs: Iterable, device: str) -> list[SwapRoute]:
         send = index.sends.get(_tensor_name(index.by_name[recv]))
         swap_in = (_parse_input(send.input[0])[0],) if send is not None and send.input else ()
         producer = index.by_name.get(origin[0])
-        route = routes.get(origin) or SwapRoute(origin[0], producer.op if producer is not None else "", origin[1], tuple(
-            name for name in readers.get(origin, ()) if index.on_device(index.by_name[name])
-            and index.by_name[name].op != "_Send"), (), ())
+        on_device = tuple(name for name in readers.get(origin, ()) if index.on_device(index.by_name[name])
+                          and index.by_name[name].op != "_Send")
+        route = routes.get(origin) or SwapRoute(origin[0], producer.op if producer is not None else "", origin[1],
+                                                on_device, (), ())
         routes[origin] = route._replace(swap_ins=route.swap_ins + swap_in,
                                         landings=route.landings + tuple(readers.get((recv, 0), ())))
     return list(routes.values())

@@ -4,8 +4,8 @@
 The profiler's allocator events of the step (``internals.step_profiled``) count the device's bytes and the host's
 together. Along each swapped tensor's route in the executed partition graphs (``partitions.swap_routes``), the same
 profile says when the host held it: from the end of its last reader on the device until it lands back (or, where
-the host's swap-in copied it, until that copy ran; the copy itself until it is freed or lands). ``core.shared_allocator``
-takes those bytes off the allocator's.
+the host's swap-in copied it, until that copy ran; the copy itself until it is freed or lands).
+``core.shared_allocator`` takes those bytes off the allocator's.
 """
 
 from __future__ import annotations

@@ -85,6 +85,7 @@ class FirstStepChecks:
             self._measured_here()
         elif action is Action.KEEP:
             action = self._check_measured(measured_step_bytes)
+        self._profiled = []  # the step's profile, read once
         if action is not Action.RETRACE and check.memo_key is not None and check.retraces < RETRACES_PER_PLAN:
             moved = () if action is Action.STEP_OUT else self._chosen.get(self.stats.batch_size, ())
             PLANS.remember(self.model, self._own_function, check.memo_key,
@@ -98,7 +99,7 @@ class FirstStepChecks:
         ``shared_host.py``) into the stats, as a GPU's allocator reading is; nothing where the step was not
         profiled or the profile missed a swap. Not acted on (no re-plan): on keras.applications models this first
         step reads well above the replay's step bytes for reasons not yet known (docs/lms.md)."""
-        profiles, self._profiled = self._profiled, []
+        profiles = self._profiled
         partitions = self.stats.partition_graphs
         if not profiles or not partitions or not self.stats.swapped_tensors + self.stats.recomputed_tensors:
             return

@@ -8,7 +8,24 @@ import numpy as np
 
 from lms_magic import LMS
 from tests import models
-from tests.lms.tensorflow.allocators import Allocator, AsPredicted
+
+
+class Allocator:
+    """A device's allocator as LMS reads it: each step holds ``step_bytes(swapped tensors)`` over the ``held``
+    before it (``swapped``: the count of the plan running, from its callback's stats)."""
+
+    framework, device, gpu_index, resettable = "TensorFlow", "GPU:0", 0, True
+
+    def __init__(self, step_bytes, held: int = 1 << 20):
+        self.bytes_for, self.held, self.stats = step_bytes, held, None
+        self.step_bytes: list[int] = []
+
+    def reset(self):
+        pass
+
+    def read(self):
+        self.step_bytes.append(self.bytes_for(self.stats().swapped_tensors))
+        return self.held, self.held + self.step_bytes[-1]
 
 
 def fit(devices, budget, allocator=None):
@@ -29,7 +46,7 @@ def test_a_plan_whose_first_step_held_more_than_allowed_is_made_again_for_what_t
     persistent = plain_stats.persistent_bytes
     lowest = persistent + (plain_stats.device_peak_bytes_without_lms - persistent) // 3
     budget = (lowest + plain_stats.device_peak_bytes_without_lms) // 2
-    first, _ = fit(devices, budget, AsPredicted())  # the plan alone: its first step held as predicted
+    first, _ = fit(devices, budget)
     assert first.swapped_tensors and first.device_peak_bytes <= budget and not first.replanned
     # the device holds 1.3x the step bytes the first plan predicts, above the budget; within it where more moves
     first_step = int(1.3 * (first.device_peak_bytes - persistent))
@@ -48,7 +65,7 @@ def test_a_plan_whose_first_step_held_within_what_it_was_allowed_stands(devices)
     plain_stats, _ = fit(devices, budget=None)
     persistent = plain_stats.persistent_bytes
     budget = (persistent + plain_stats.device_peak_bytes_without_lms) // 2
-    first, _ = fit(devices, budget, AsPredicted())
+    first, _ = fit(devices, budget)
     allocator = Allocator(lambda swapped: int(0.9 * (first.device_peak_bytes - persistent)))
     stats, _ = fit(devices, budget, allocator)
     assert not stats.replanned and stats.swapped_tensors == first.swapped_tensors

@@ -115,11 +115,8 @@ class FirstStepChecks:
             return
         if unseen or peak <= 0:
             return
-        persistent = self._persistent_bytes()
-        predicted = (self.stats.device_peak_bytes or persistent) - persistent
-        self.stats.update(measured_step_peak_bytes=persistent + max(0, peak - before),
-                          predicted_step_peak_bytes=persistent + predicted,
-                          measured_source="its allocator less what the host held there, on the simulated device")
+        self.planner.record_measured(max(0, peak - before),
+                                     "its allocator less what the host held there, on the simulated device")
 
     def _check_measured(self, step_bytes: int) -> Action:
         """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``):

@@ -126,22 +126,29 @@ class TracePlanner:
                           self._persistent_bytes(), self.budget_bytes if budget else None, self.stats.capacity_bytes,
                           self.cost, 0.0 if self.recompute is True else PEAK_TOLERANCE)
 
+    def record_measured(self, step_bytes: int, source: str | None = None) -> tuple[int, int]:
+        """The plan's first step as measured (``step_bytes`` over what the device held before it; ``source``: how,
+        where not the device's allocator alone) and as predicted, in the stats; (persistent, predicted step) bytes."""
+        stats = self.stats
+        persistent = self._persistent_bytes()
+        predicted = (stats.device_peak_bytes or persistent) - persistent
+        stats.update(measured_step_peak_bytes=persistent + step_bytes, predicted_step_peak_bytes=persistent + predicted,
+                     measured_source=source)
+        return persistent, predicted
+
     def measured(self, step_bytes: int, plan: Plan | None) -> str | None:
         """The plan that ran (``plan``) against the allocator's ``step_bytes`` in its first step, in the stats:
         where the device held more than the plan was allowed and the plan is searched (and not made again
         already), the budget the device holds from now on (``core.replan``), and the note of the re-plan;
         else None."""
         stats = self.stats
-        persistent = self._persistent_bytes()
-        predicted = (stats.device_peak_bytes or persistent) - persistent
-        stats.update(measured_step_peak_bytes=persistent + step_bytes, predicted_step_peak_bytes=persistent + predicted)
+        persistent, predicted = self.record_measured(step_bytes)
         allowed = plan.budget_bytes if plan is not None else None
         budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
         if budget is None or stats.replanned or not self.searched(plan):
             return None
         stats.replanned, self.budget_bytes = True, budget
-        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step "
-                f"({stats.measured_source or 'its allocator'}), "
+        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
                 f"above the {format_size(allowed)} the plan was allowed ({format_size(persistent + predicted)} "
                 f"predicted): planned again for {format_size(budget)} in the replay's bytes, from a step that swaps "
                 "every eligible tensor")

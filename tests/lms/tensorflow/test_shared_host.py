@@ -44,3 +44,14 @@ def test_a_route_the_profile_did_not_see_is_counted_not_guessed():
     events = [allocated("other", 12, 1, 2)]
     held, unseen = host_held(StepProfile(events, {}), [ROUTE], lambda *_: MiB)
     assert held == [] and unseen == 1
+
+
+def test_a_tensor_grappler_made_in_place_of_the_traced_one_is_sized_by_the_tensor_its_swap_in_names():
+    """Grappler rewrote the producer (``ArithmeticOptimizer/AddOpsRewrite_add``: not in the trace); the swap-in still
+    names the traced tensor it brings back (``model/relu_0``: ``model/relu``'s output 0)."""
+    renamed = ROUTE._replace(producer="model/ArithmeticOptimizer/AddOpsRewrite_add")
+    runs = {**RUNS, CALL + renamed.producer: (10, 20)}
+    events = [allocated("model/pool", 22, 2, 3)]
+    traced = {("model/relu", 0): 3 * MiB}
+    held, unseen = host_held(StepProfile(events, runs), [renamed], lambda name, op, index: traced.get((name, index)))
+    assert unseen == 0 and [h.nbytes for h in held] == [3 * MiB]

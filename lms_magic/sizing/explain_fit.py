@@ -26,11 +26,6 @@ NOT_MEASURABLE = ("not confirmed: the simulated device's allocator is TensorFlow
                   "holds what LMS moves to the host; a GPU confirms it")
 
 
-# the two measured steps' replayed bytes differ by at least this share of the larger where a line is drawn through
-# them; closer, a few percent of noise in a step's peak would tilt the line far off at other batches
-LINE_APART = 0.25
-
-
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
                 speed_target: float = 0.9, budget=None, confirm: bool | None = None, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will, before training.
@@ -145,8 +140,8 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
     holds it at its op from then on (``core.scratch``: a line in the batch for each op). What the allocator held
     beyond the replay is then the line through the two steps' peaks against the replay's step bytes (a fixed part
     and one that grows with the batch), or the one step's ratio where only one could be measured. Steps of the
-    same batch in one process vary by a few percent; the line is made over batches far enough apart to show the
-    fixed part."""
+    same batch in one process vary by up to 15%; the line is made over batches far enough apart to show the fixed
+    part, and only where the two steps' ratios differ by more than that (else one ratio fits both)."""
     from ..lms.core.scratch import KernelScratch
 
     persistent = session.predictor.persistent_bytes
@@ -169,15 +164,8 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
     measured, predicted = steps[0].step_bytes, predicted_at(batch)
     if measured is None:
         return Correction(batch, None, predicted, 1.0, meter.where)
-    ratio, other, fixed = measured / max(1, predicted), None, 0
-    if len(steps) == 2:
-        low, low_predicted = steps[1].step_bytes, predicted_at(batch // 2)
-        # a line only through steps far enough apart in the replay (a fixed scratch can dominate both)
-        slope = (measured - low) / (predicted - low_predicted) \
-            if low is not None and predicted - low_predicted >= LINE_APART * predicted else None
-        if slope is not None and 0.25 <= slope <= 4:  # else one step's ratio: a line too steep to trust
-            ratio, other, fixed = slope, (batch // 2, low, low_predicted), int(measured - slope * predicted)
-    return Correction(batch, measured, predicted, ratio, meter.where, other, fixed, words)
+    low = (batch // 2, steps[1].step_bytes, predicted_at(batch // 2)) if len(steps) == 2 else None
+    return Correction.through(batch, measured, predicted, meter.where, low, words)
 
 
 def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:

@@ -11,6 +11,15 @@ from ..core.plan import CAPACITY_HEADROOM
 from .largest import Confirmed
 
 
+# the two measured steps' replayed bytes differ by at least this share of the larger where a line is drawn through
+# them; closer, a few percent of noise in a step's peak would tilt the line far off at other batches
+LINE_APART = 0.25
+# the two steps' ratios to the replay differ by more than this share where a fixed part is drawn; closer, one ratio
+# fits both: repeated measures of one batch in one process differ by up to 15% (the tests' causal LM at batch 6),
+# and a fixed part made of that noise is off by more than it at batches outside the two
+RATIOS_APART = 0.15
+
+
 @dataclass(frozen=True)
 class Correction:
     """What plain steps measured on the device held against the replay's tensors: every way's step bytes (past the
@@ -34,6 +43,38 @@ class Correction:
     fixed_bytes: int = 0  # what the allocator held at any batch beyond the replay's line (may be below 0)
     scratch: str = ""  # the kernels holding the most scratch, where the replay holds each one's as measured
 
+    @classmethod
+    def through(cls, batch_size: int, measured_bytes: int, predicted_bytes: int, source: str,
+                low: tuple[int, int | None, int] | None = None, scratch: str = "") -> "Correction":
+        """The correction by a step measured at ``batch_size`` and, where given, one at a smaller batch (``low``:
+        its batch size, measured and replayed step bytes; measured None where it ran out of memory). A line
+        through both where their replays are ``LINE_APART`` apart, its slope 0.25-4 and their ratios more than
+        ``RATIOS_APART`` apart; one ratio fitting both (least squares) where the ratios are closer; else the
+        larger batch's ratio alone.
+
+        Example:
+            >>> MiB = 2**20
+            >>> Correction.through(8, 72 * MiB, 100 * MiB, "GPU:0", (4, 37 * MiB, 50 * MiB)).fixed_bytes  # noise
+            0
+            >>> line = Correction.through(8, 120 * MiB, 100 * MiB, "GPU:0", (4, 70 * MiB, 50 * MiB))
+            >>> round(line.ratio, 2), line.fixed_bytes // MiB  # a fixed 20 MiB and 1.0 per replayed byte
+            (1.0, 20)
+        """
+        ratio, other, fixed = measured_bytes / max(1, predicted_bytes), None, 0
+        low_batch, low_bytes, low_predicted = low if low is not None else (0, None, 0)
+        apart = predicted_bytes - low_predicted >= LINE_APART * predicted_bytes  # a fixed scratch can dominate both
+        slope = (measured_bytes - low_bytes) / (predicted_bytes - low_predicted) \
+            if low_bytes is not None and apart else None
+        if slope is not None and 0.25 <= slope <= 4:  # else one step's ratio: a line too steep to trust
+            other = (low_batch, low_bytes, low_predicted)
+            ratios = sorted((ratio, low_bytes / max(1, low_predicted)))
+            if ratios[1] <= ratios[0] * (1 + RATIOS_APART):  # one ratio through both, least squares
+                ratio = ((measured_bytes * predicted_bytes + low_bytes * low_predicted)
+                         / (predicted_bytes ** 2 + low_predicted ** 2))
+            else:
+                ratio, fixed = slope, int(measured_bytes - slope * predicted_bytes)
+        return cls(batch_size, measured_bytes, predicted_bytes, ratio, source, other, fixed, scratch)
+
     def applied(self, peak_bytes: int, persistent_bytes: int) -> int:
         """A replayed peak (``persistent_bytes`` of it the weights and optimizer state) as the device holds it."""
         step = peak_bytes - persistent_bytes
@@ -53,6 +94,8 @@ class Correction:
         done = f"every figure here is the replay's step bytes times {self.ratio:.2f}"
         if self.fixed_bytes:
             done += f", {'plus' if self.fixed_bytes > 0 else 'less'} {format_size(abs(self.fixed_bytes))} at any batch"
+        elif self.other:
+            done += " (one ratio fits both steps)"
         if self.scratch:  # the replay's bytes hold them
             held = f"{held} (the replay holds each kernel's scratch, as measured, at its op: {self.scratch})"
         return f"measured: plain steps held, in {self.source}, {held}; {done}"

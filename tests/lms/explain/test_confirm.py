@@ -160,3 +160,20 @@ def test_an_allocator_that_misses_small_tensors_is_said_and_nothing_runs(simulat
     found = explain_fit(reference_cnn_small(), images(16, 32), batch_size=64, modes=("without LMS",))
     assert found.correction is None and "counts no tensor under 256 KiB" in found.unmeasured
     assert "TF_CPU_ALLOCATOR_USE_BFC=true" in str(found) and MissesSmallTensors.reads == 1  # the meter's check: no step read
+
+
+def test_a_fixed_part_is_drawn_only_where_the_two_steps_ratios_differ_beyond_their_noise():
+    """Two steps of a CI run (the tests' causal LM: 7.2 MiB at batch 8 and 4.1 at 4, against replays of 9.8 and
+    5.0; steps at 3 held 2.74 MiB where the replay had 3.75): the ratios 0.73 and 0.82 are within a step's noise,
+    so one ratio fits both and batch 3 is within 10%; the line through them was 1.22x there. Where the kernels'
+    scratch is a real fixed part (2.6x and 4.0x the replay), the line is kept and holds at a third batch."""
+    from lms_magic.lms.explain.results import Correction
+
+    MiB = 2**20
+    noisy = Correction.through(8, int(7.2 * MiB), int(9.8 * MiB), "CPU:0", (4, int(4.1 * MiB), 5 * MiB))
+    assert noisy.other is not None and noisy.fixed_bytes == 0 and "one ratio fits both" in noisy.words
+    assert 0.9 <= noisy.applied(int(3.75 * MiB), 0) / (2.74 * MiB) <= 1.1
+    # a fixed 30 MiB and 1.6x per replayed byte: 10 MiB of tensors at batch 2, 20 at 4, 40 at 8
+    held = lambda replayed: 30 * MiB + 1.6 * replayed  # noqa: E731
+    line = Correction.through(8, int(held(40 * MiB)), 40 * MiB, "CPU:0", (4, int(held(20 * MiB)), 20 * MiB))
+    assert abs(line.fixed_bytes - 30 * MiB) < MiB and abs(line.applied(10 * MiB, 0) - held(10 * MiB)) < MiB

@@ -135,17 +135,10 @@ def versions(python: str, code: Path) -> str:
 def machine() -> str:
     """The CPU (its model, vector extensions: a kernel's scratch differs by them) and oneDNN's switch, the cores and
     the system: every CPU figure names its machine."""
-    cpu, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as info:
-            lines = info.read().splitlines()
-        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-        flags = set(next(line.split(":", 1)[1] for line in lines if line.startswith("flags")).split())
-    except (OSError, StopIteration):
-        pass
-    vectors = "/".join(name for name in ("avx512f", "avx2", "avx") if name in flags).upper() or "no AVX"
+    from lms_magic.memory.machine import cpu_name
+
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default")
-    return (f"{cpu} ({vectors}), {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
+    return (f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
             f"TF_ENABLE_ONEDNN_OPTS {onednn}")
 
 

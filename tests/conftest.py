@@ -107,6 +107,13 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The machine, at the end of the run where a CI log's tail shows it: the allocator's figures differ by CPU."""
+    from lms_magic.memory.machine import cpu_name
+
+    terminalreporter.write_line(f"machine: {cpu_name()}, {os.cpu_count()} cores")
+
+
 @pytest.fixture(scope="session")
 def devices() -> Devices:
     """The simulated accelerator and host (TensorFlow's CPU, split before any test ran)."""

@@ -94,8 +94,14 @@ class StepMeter:
 
     @property
     def where(self) -> str:
-        """The allocator read, in words ("TensorFlow's allocator on CPU:0")."""
-        return f"{self.counter.framework}'s allocator on {self.counter.device}"
+        """The allocator read, in words: "TensorFlow's allocator on CPU:0 (AMD EPYC 7R13 Processor, AVX2)" (a CPU's
+        figures name the CPU: its kernels' scratch differs by it)."""
+        where = f"{self.counter.framework}'s allocator on {self.counter.device}"
+        if self.on_gpu:
+            return where
+        from ..memory.machine import cpu_name
+
+        return f"{where} ({cpu_name()})"
 
     def measure(self, batch_size: int, with_lms: bool = False, options: dict | None = None,
                 steps: int = MEASURED_STEPS) -> MeasuredStep:

@@ -205,8 +205,8 @@ def fit_shell(shell, devices):
 
 
 @pytest.fixture
-def tuning_data():
-    """96 images of 32x32 and their labels, for the tuning tests."""
+def tuning_data(devices):
+    """96 images of 32x32 and their labels, for the tuning tests (which tune on the simulated devices)."""
     import numpy as np
 
     rng = np.random.default_rng(0)

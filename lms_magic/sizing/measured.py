@@ -10,6 +10,7 @@ and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch 
 
 from __future__ import annotations
 
+import gc
 import random
 
 import keras
@@ -148,6 +149,7 @@ class StepMeter:
             outcome = None
         finally:
             start.restore()
+            gc.collect()  # the fit's tf.data iterators and their threads freed now, not with many others' later
             random.setstate(random_state)
             np.random.set_state(numpy_state)
             self.model.history = history

@@ -166,7 +166,7 @@ def test_a_fixed_part_is_drawn_only_where_the_two_steps_ratios_differ_beyond_the
     """Two steps of a CI run (the tests' causal LM: 7.2 MiB at batch 8 and 4.1 at 4, against replays of 9.8 and
     5.0; steps at 3 held 2.74 MiB where the replay had 3.75): the ratios 0.73 and 0.82 are within a step's noise,
     so one ratio fits both and batch 3 is within 10%; the line through them was 1.22x there. Where the kernels'
-    scratch is a real fixed part (2.6x and 4.0x the replay), the line is kept and holds at a third batch."""
+    scratch is a real fixed part (2.35x and 3.1x the replay), the line is kept and holds at a third batch."""
     from lms_magic.lms.explain.results import Correction
 
     MiB = 2**20

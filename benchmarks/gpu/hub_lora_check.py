@@ -27,8 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 TRIAL = r"""
-import json, sys, time
+import faulthandler, json, sys, time
 args = json.loads(sys.argv[1])
+faulthandler.dump_traceback_later(args.pop("dump_after_s"), exit=True)  # where a slow trial was, before its kill
 import keras, numpy as np
 from lms_magic import LMS
 on_cuda = args["device"] == "cuda"
@@ -109,10 +110,12 @@ else:
     peaks = Peaks()  # first: JAX's peak is the process's, and explain_fit may measure steps at other batches
     model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[peaks])
     found["measured"] = max([p for p in peaks.read if p] or [0]) or None
+    started = time.perf_counter()
     try:
         explained = explain_fit(model, (x, y), batch_size=batch, capacity="64GiB", modes=("without LMS",),
                                 confirm=False)
         found["predicted"] = explained.modes[0].peak_bytes
+        found["explain_s"] = round(time.perf_counter() - started, 1)
     except Exception as error:
         found["predicted_error"] = f"{type(error).__name__}: {str(error)[:300]}"
 print("RESULT " + json.dumps(found, default=str))
@@ -137,12 +140,12 @@ def main() -> None:
         for batch in options.batch:
             for ways in ([["lms"], ["plain"]] if options.model == "gemma" else [[]]):
                 args = dict(backend=options.backend, model=options.model, dtype=dtype, batch=batch,
-                            device=options.device, ways=ways)
+                            device=options.device, ways=ways, dump_after_s=max(1, options.trial_timeout_s - 10))
                 try:
                     done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True,
                                           text=True, env=env, timeout=options.trial_timeout_s, cwd=ROOT)
-                except subprocess.TimeoutExpired:
-                    print(f"trial {json.dumps(args)} timed out", flush=True)
+                except subprocess.TimeoutExpired as expired:
+                    print(f"trial {json.dumps(args)} timed out: {(expired.stderr or b'')[-1500:]}", flush=True)
                     continue
                 lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
                 print(lines[-1][7:] if lines else f"trial {json.dumps(args)} failed: {done.stderr[-1500:]}",

@@ -14,7 +14,7 @@
 OUT=${OUT:-/tmp/gpu_checks}; mkdir -p $OUT
 cp "$0" $OUT/command.sh  # the raw output keeps the command it ran beside it
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > $OUT/install.log 2>&1 || { tail -5 $OUT/install.log; exit 1; }
+    > /tmp/install.log 2>&1 || { tail -5 /tmp/install.log; exit 1; }  # $OUT brings back 8 files at most
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   KERAS_BACKEND=jax python3 -c "import torch, jax, keras, keras_hub; print('torch', torch.__version__, '| jax', jax.__version__, '| keras', keras.__version__, '| keras-hub', keras_hub.__version__)"
@@ -25,8 +25,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
       > $OUT/3-gemma-jax-peaks.log 2>&1
   for batch in 4 16 64; do
       timeout 200 python3 benchmarks/gpu/hub_lora_check.py --backend jax --model cnn --batch $batch \
-          --trial-timeout-s 190 > $OUT/5-cnn-jax-$batch.log 2>&1 &
-  done; wait; } &
+          --trial-timeout-s 190 > /tmp/5-cnn-jax-$batch.log 2>&1 &
+  done; wait; cat /tmp/5-cnn-jax-*.log > $OUT/5-cnn-jax.log; } &
 { KERAS_BACKEND=torch timeout 60 python3 -m pytest -o addopts="" -q -W ignore -p no:cacheprovider -m gpu -rs \
       tests/test_gpu.py tests/lms/torch/test_backend.py > $OUT/1-gpu-tests.log 2>&1
   timeout 200 python3 benchmarks/gpu/hub_lora_check.py --backend torch --trial-timeout-s 60 > $OUT/2-gemma-lora-torch.log 2>&1

@@ -112,7 +112,7 @@ else:
     found["measured"] = max([p for p in peaks.read if p] or [0]) or None
     started = time.perf_counter()
     try:
-        explained = explain_fit(model, (x, y), batch_size=batch, capacity="64GiB", modes=("without LMS",),
+        explained = explain_fit(model, (x, y), batch_size=batch, capacity="4GiB", modes=("without LMS",),
                                 confirm=False)
         found["predicted"] = explained.modes[0].peak_bytes
         found["explain_s"] = round(time.perf_counter() - started, 1)

@@ -5,8 +5,10 @@ of ``(x, y, sample_weight)``, 4 steps, with JAX's ``bytes_in_use`` and ``peak_by
 built, when the fit begins and after each step (the process's peak cannot be reset, so each reading is the peak
 so far). Then XLA's figures: LMS's (the loss and gradient compiled, ``memory_analysis()``, plus the optimizer
 state) and Keras's whole ``train_step`` compiled as ``fit`` runs it (state donated), each with its parts.
-``--autotune 0`` runs each trial also with ``XLA_FLAGS=--xla_gpu_autotune_level=0`` (no algorithm search, whose
-scratch the process's peak would otherwise count).
+Each (dtype, batch) runs as: ``grow`` (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, XLA's algorithm search's results
+written to a file), ``grow-cached`` (the same, the search's results read from that file: the peak without the
+search's own buffers), ``whole`` (JAX's default pool, taken whole: ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.05``); with
+``--autotune 0`` also ``grow`` with ``--xla_gpu_autotune_level=0`` (no search).
 
     python benchmarks/gpu/jax_peak_check.py --dtype float32 mixed_bfloat16 --batch 8 16 --parallel 4
 """
@@ -93,8 +95,17 @@ print("RESULT " + json.dumps(found, default=str))
 def trial(args: dict, timeout_s: float) -> str:
     env = {**os.environ, "KERAS_BACKEND": "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    flags = [env.get("XLA_FLAGS", "")]
+    results = f"/tmp/autotuned-{args['dtype']}-{args['batch']}.txt"
+    if args["pool"] == "whole":
+        env.update(XLA_PYTHON_CLIENT_PREALLOCATE="true", XLA_PYTHON_CLIENT_MEM_FRACTION="0.05")
+    elif args["pool"] == "grow" and args["autotune"] is None:
+        flags.append(f"--xla_gpu_dump_autotune_results_to={results}")
+    elif args["pool"] == "grow-cached":
+        flags.append(f"--xla_gpu_load_autotune_results_from={results}")
     if args["autotune"] is not None:
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_gpu_autotune_level={args['autotune']}".strip()
+        flags.append(f"--xla_gpu_autotune_level={args['autotune']}")
+    env["XLA_FLAGS"] = " ".join(filter(None, flags))
     try:
         done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True, text=True,
                               env=env, timeout=timeout_s, cwd=ROOT)
@@ -108,15 +119,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", nargs="+", default=["float32", "mixed_bfloat16"])
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
-    parser.add_argument("--autotune", type=int, nargs="*", default=[0], help="also with these autotune levels")
+    parser.add_argument("--autotune", type=int, nargs="*", default=[], help="also with these autotune levels")
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--trial-timeout-s", type=float, default=150)
     options = parser.parse_args()
-    trials = [dict(dtype=dtype, batch=batch, autotune=level) for dtype in options.dtype
-              for batch in options.batch for level in [None] + list(options.autotune)]
+    def chain(trials):  # one after the other: grow-cached reads what grow wrote
+        return [trial(args, options.trial_timeout_s) for args in trials]
+
+    chains = []
+    for dtype in options.dtype:
+        for batch in options.batch:
+            chains.append([dict(dtype=dtype, batch=batch, pool=pool, autotune=None) for pool in ("grow", "grow-cached")])
+            chains.append([dict(dtype=dtype, batch=batch, pool="whole", autotune=None)]
+                          + [dict(dtype=dtype, batch=batch, pool="grow", autotune=level) for level in options.autotune])
     with ThreadPoolExecutor(options.parallel) as pool:
-        for line in pool.map(lambda args: trial(args, options.trial_timeout_s), trials):
-            print(line, flush=True)
+        for lines in pool.map(chain, chains):
+            print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

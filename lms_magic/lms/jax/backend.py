@@ -27,7 +27,7 @@ from ..backend import Action
 from ..core.plan import BudgetError, Plan, Rule, plan_swaps, usable_bytes
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
-from ..persistent import persistent_bytes, persistent_tensors
+from ..persistent import persistent_bytes
 from ..options import LmsOptions
 from ..samples import batch_shapes
 from ...units import format_mib
@@ -35,8 +35,8 @@ from .distribution import mesh_layout, shard_shape
 
 PREDICTION_SOURCE = ("the jaxpr of the loss's value and gradient, replayed in program order (every equation's "
                      "output held to its last reader; XLA fuses and schedules its own way)")
-COMPILED_SOURCE = ("XLA's compiled loss and gradient (memory_analysis: arguments, outputs, temporaries), with the "
-                   "optimizer state")
+COMPILED_SOURCE = ("XLA's compiled train step (memory_analysis: arguments, outputs, temporaries; on a GPU pool that "
+                   "grows, the region its temporaries take)")
 COMPILED_FITS = ("the replay of the step's operations does not fit the device, but XLA's compiled step does: nothing "
                  "moves")
 HOLDS_MORE = ("XLA's step with the plan's {count} values {verb} holds {moved} on the device, the model's own step "
@@ -179,7 +179,7 @@ class JaxBackend:
             plan = plan_swaps(dataclasses.replace(selection, n_tensors=-1), eligible, step.transient_peak, persistent)
         from . import compiled as xla
 
-        own = functools.cache(lambda: xla.compiled_step_bytes(inner, args, persistent_tensors(self.model)))
+        own = functools.cache(lambda: xla.step_bytes(self.model, inner, args))
         plan = self._nothing_moved_where_xla_fits(plan, own)
         plan, compiled = self._held_to_xla(plan, inner, args, own)
         chosen = frozenset(c.tensor for c in plan.moved)
@@ -227,8 +227,7 @@ class JaxBackend:
 
         if not plan.moved or self._layout is not None or not xla.places_apart():
             return plan, False
-        persistent = persistent_tensors(self.model)
-        moved = xla.compiled_step_bytes(inner, args, persistent, self._policy(frozenset(c.tensor for c in plan.moved)))
+        moved = xla.step_bytes(self.model, inner, args, self._policy(frozenset(c.tensor for c in plan.moved)))
         if moved is None or own() is None:
             return plan, False
         budget = plan.budget_bytes

@@ -1,4 +1,4 @@
-"""XLA's own figure for a train step's memory: the loss and gradient compiled for JAX's device, its
+"""XLA's own figure for a train step's memory: Keras's train step compiled for JAX's device, its
 ``memory_analysis()``. The replay (``traced.py``) keeps every equation's output until its last reader; XLA fuses
 element-wise chains away, far more on a GPU than on a CPU, and on a GPU it rematerializes values to fit the limit
 of JAX's memory pool (docs/explain.md#where-it-runs): where the two differ, this is the figure that fits or not."""
@@ -22,40 +22,68 @@ def places_apart() -> bool:
     return jax.devices()[0].platform != "cpu"
 
 
-def compiled_bytes(inner, args, policy=None) -> int | None:
-    """XLA's own figure for ``inner``'s value and gradient at ``args``' shapes (the step :func:`trace_step`
-    replays), compiled for JAX's default device: ``memory_analysis()``'s arguments + outputs + temporaries -
-    aliased, on the device (what XLA keeps in host memory is not counted). None where the backend gives none.
-    XLA fuses element-wise chains the replay keeps apart, on a GPU far more than on a CPU, and there it
-    rematerializes what does not fit its pool's limit (docs/explain.md#where-it-runs). With ``policy`` (LMS's
-    ``jax.checkpoint`` policy, ``residuals.residual_policy``): the step LMS runs, with its offloads or recomputes.
+def pool_grows() -> bool:
+    """Whether JAX's GPU pool grows on demand (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` with its BFC allocator), so
+    that a step's temporaries hold a whole region (``core/bfc.py``); JAX takes its pool whole by default."""
+    import os
+
+    import jax
+
+    allocator = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default").lower()
+    preallocate = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower()
+    return (jax.devices()[0].platform == "gpu" and allocator in ("default", "bfc")
+            and preallocate in ("false", "0"))
+
+
+def step_bytes(model, inner, args, policy=None) -> int | None:
+    """XLA's own figure for the train step ``fit`` runs (Keras's ``train_step`` with the state donated), the
+    model's loss and gradient as ``inner`` computes them (under ``jax.checkpoint`` with ``policy``: LMS's
+    offloads or recomputes), at ``args``' shapes (``inner``'s arguments: the variables, the batch, the optimizer
+    state): ``memory_analysis()``'s arguments + outputs - aliased + temporaries, compiled for JAX's default
+    device. XLA takes the temporaries as one allocation: on a pool that grows on demand, the region that holds
+    them (``core/bfc.py``). What XLA keeps in host memory is not counted. None where the backend gives no figure.
+
+    The loss and gradient alone would count the predictions they return (a causal LM's logits) and leave out
+    the optimizer's and the metrics' work: the whole step is what the device holds (docs/measurements_gpu.md).
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> def inner(w, x):
-        ...     return jnp.sum(jnp.tanh(x @ w)), ()
-        >>> compiled_bytes(inner, (jnp.ones((64, 64)), jnp.ones((256, 64)))) >= (64 * 64 * 2 + 256 * 64) * 4
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256), keras.layers.Dense(1)])
+        >>> model.compile("adam", "mse")
+        >>> x, y = np.ones((512, 64), "float32"), np.ones((512, 1), "float32")
+        >>> model.fit(x, y, epochs=1, verbose=0) and None
+        >>> own = model.compute_loss_and_updates  # read before the step replaces it with ``inner``
+        >>> def inner(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables):
+        ...     return own(trainable, non_trainable, metrics, x, y, sample_weight, training=True,
+        ...                optimizer_variables=optimizer_variables)
+        >>> state = [list(v) for v in (model.trainable_variables, model.non_trainable_variables,
+        ...          model.metrics_variables)]
+        >>> step_bytes(model, inner, (*state, x, y, None, list(model.optimizer.variables))) >= 512 * 256 * 4
         True
     """
     import jax
 
-    # inner's own value and gradient, not the replay's function under its jax.checkpoint: XLA sizes that one
-    # for a step the replay does not run (on a GPU, far more than the step needed: docs/measurements_gpu.md)
-    function = jax.value_and_grad(inner if policy is None else jax.checkpoint(inner, policy=policy), has_aux=True)
+    from ... import internals
+    from ..core.bfc import chunk_bytes
+
+    trainable, non_trainable, metrics, x, y, sample_weight, optimizer = shape_specs(args)
+    checkpointed = inner if policy is None else jax.checkpoint(inner, policy=policy)
+
+    def compute(trainable, non_trainable, metrics, x, y, sample_weight, training=True, optimizer_variables=None):
+        return checkpointed(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables)
+
+    train_step = type(model).train_step.__get__(model)  # the model's own, not a step LMS wraps it in
     try:
-        analysis = jax.jit(function).lower(*shape_specs(args)).compile().memory_analysis()
+        with internals.instance_attribute_replaced(model, "compute_loss_and_updates", compute):
+            lowered = jax.jit(train_step, donate_argnums=0).lower(
+                (trainable, non_trainable, optimizer, metrics), (x, y, sample_weight))
+        analysis = lowered.compile().memory_analysis()
     except Exception:  # a backend without it
         return None
     if analysis is None:
         return None
-    return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
-               - analysis.alias_size_in_bytes)
-
-
-def compiled_step_bytes(inner, args, persistent, policy=None) -> int | None:
-    """:func:`compiled_bytes` and the optimizer's state among ``persistent`` (``persistent.persistent_tensors``):
-    the loss and gradient do not read it, the train step holds it. None where XLA gives no figure."""
-    compiled = compiled_bytes(inner, args, policy)
-    if compiled is None:
-        return None
-    return compiled + sum(tensor.nbytes for tensor in persistent if tensor.kind == "optimizer_state")
+    temporaries = int(analysis.temp_size_in_bytes)
+    if temporaries and pool_grows():
+        temporaries = chunk_bytes(temporaries)
+    return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+               + temporaries)

@@ -73,10 +73,11 @@ class JaxStepPredictor(PrefixPredictions):
         import jax
 
         model = self.model
+        compute = type(model).compute_loss_and_updates.__get__(model)  # the model's own, whatever wraps it later
 
         def inner(trainable, non_trainable, metrics, x, y, sample_weight, optimizer_variables):
-            return model.compute_loss_and_updates(trainable, non_trainable, metrics, x, y, sample_weight,
-                                                  training=True, optimizer_variables=optimizer_variables)
+            return compute(trainable, non_trainable, metrics, x, y, sample_weight, training=True,
+                           optimizer_variables=optimizer_variables)
 
         def batch_of(array):
             return jax.ShapeDtypeStruct((batch_size,) + tuple(array.shape[1:]), array.dtype)
@@ -144,7 +145,7 @@ class JaxStepPredictor(PrefixPredictions):
 
     def _compiled_bytes(self, batch_size: int) -> int:
         inner, args = self.step_function(batch_size)
-        compiled = xla.compiled_step_bytes(inner, args, self._persistent)
+        compiled = xla.step_bytes(self.model, inner, args)
         replayed = PrefixPredictions.predict  # where XLA gives no figure (not this class's, which reads this one)
         return replayed(self, 0, 1, batch_size).peak_bytes if compiled is None else compiled
 
@@ -175,7 +176,7 @@ class JaxStepPredictor(PrefixPredictions):
         names = frozenset(c.tensor for c in self.eligible(1, batch_size)[:count])
         inner, args = self.step_function(batch_size)
         policy = moved_policy(names, self.recompute, host_memory_kind())
-        return xla.compiled_step_bytes(named_residuals(inner), args, self._persistent, policy)
+        return xla.step_bytes(self.model, named_residuals(inner), args, policy)
 
     def eligible(self, lb: int, batch_size: int) -> list:
         whole_number("lb", lb, 1)

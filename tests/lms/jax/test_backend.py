@@ -159,7 +159,7 @@ def test_where_xlas_compiled_step_fits_the_device_nothing_moves(data, monkeypatc
 
     _capacity_between_lms_and_plain(monkeypatch, data)
     compiled = []
-    monkeypatch.setattr(xla, "compiled_bytes", lambda inner, args, policy=None: compiled.append(args) or 1000)
+    monkeypatch.setattr(xla, "step_bytes", lambda model, inner, args, policy=None: compiled.append(args) or 1000)
     callback = LMS(min_bytes=0, verbose=0)
     _, plain = train(residual_bn_dropout, data, None, epochs=1)
     _, history = train(residual_bn_dropout, data, callback, epochs=1)
@@ -178,9 +178,9 @@ def test_where_xlas_compiled_step_does_not_fit_the_plan_stands(data, monkeypatch
     from lms_magic.lms.jax import compiled as xla
 
     capacity = _capacity_between_lms_and_plain(monkeypatch, data)
-    compiled, real = [], xla.compiled_bytes
-    monkeypatch.setattr(xla, "compiled_bytes",
-                        lambda inner, args, policy=None: compiled.append(real(inner, args, policy)) or compiled[-1])
+    compiled, real = [], xla.step_bytes
+    monkeypatch.setattr(xla, "step_bytes", lambda model, inner, args, policy=None:
+                        compiled.append(real(model, inner, args, policy)) or compiled[-1])
     callback = LMS(min_bytes=0, verbose=0)
     train(residual_bn_dropout, data, callback, epochs=1)
     stats = callback.stats
@@ -196,9 +196,9 @@ def _xla_on_an_accelerator(monkeypatch, own_bytes, moved_bytes):
 
     asked = []
     monkeypatch.setattr(xla, "places_apart", lambda: True)
-    monkeypatch.setattr(xla, "compiled_bytes",
-                        lambda inner, args, policy=None: asked.append(policy) or (own_bytes if policy is None
-                                                                                  else moved_bytes))
+    monkeypatch.setattr(xla, "step_bytes",
+                        lambda model, inner, args, policy=None: asked.append(policy) or (own_bytes if policy is None
+                                                                                         else moved_bytes))
     return asked
 
 
@@ -221,16 +221,13 @@ def test_where_xla_compiles_the_plan_to_hold_more_than_the_model_nothing_moves(d
 
 def test_where_xla_compiles_the_plan_to_hold_less_its_figures_are_the_prediction(data, monkeypatch):
     """Where the plan's compiled step holds less than the model's own, it moves, and the figures LMS reports are
-    XLA's (the optimizer's state added), not the replay's."""
-    from lms_magic.lms.persistent import persistent_tensors
-
+    XLA's (its whole train step's, the optimizer's state in it), not the replay's."""
     _xla_on_an_accelerator(monkeypatch, own_bytes=10 * 2**20, moved_bytes=6 * 2**20)
     callback = LMS(n_tensors=-1, min_bytes=0, verbose=0)
-    model, _ = train(residual_bn_dropout, data, callback, epochs=1)
+    train(residual_bn_dropout, data, callback, epochs=1)
     stats = callback.stats
-    state = sum(t.nbytes for t in persistent_tensors(model) if t.kind == "optimizer_state")
     assert stats.swapped_tensors > 0
-    assert (stats.device_peak_bytes, stats.device_peak_bytes_without_lms) == (6 * 2**20 + state, 10 * 2**20 + state)
+    assert (stats.device_peak_bytes, stats.device_peak_bytes_without_lms) == (6 * 2**20, 10 * 2**20)
     assert "XLA's compiled" in stats.prediction_source
 
 
@@ -239,20 +236,18 @@ def test_explain_fits_figures_with_lms_are_held_to_xla_as_lms_holds_its_plan(dat
     """One model of the device: on a GPU, the predictor explain_fit and %lms_tune read gives, for a plan, what LMS
     would then do: XLA's figures where the plan's compiled step holds less, nothing moved where it holds more."""
     from lms_magic.lms.jax.predictor import JaxStepPredictor
-    from lms_magic.lms.persistent import persistent_tensors
 
     _xla_on_an_accelerator(monkeypatch, own_bytes=10 * 2**20, moved_bytes=moved_mib * 2**20)
     model = residual_bn_dropout()
     predictor = JaxStepPredictor(model, (data[0][:2], data[1][:2]))
-    state = sum(t.nbytes for t in persistent_tensors(model) if t.kind == "optimizer_state")
     prediction = predictor.predict(-1, 1, 16)
-    assert prediction.peak_bytes_without_lms == 10 * 2**20 + state
+    assert prediction.peak_bytes_without_lms == 10 * 2**20
     if moved_mib >= 10:
         assert (prediction.n_tensors, prediction.swapped_bytes_per_step) == (0, 0)
         assert prediction.peak_bytes == prediction.peak_bytes_without_lms
     else:
-        assert prediction.n_tensors == prediction.candidates > 0 and prediction.peak_bytes == 6 * 2**20 + state
-    assert predictor.predict(0, 1, 16).peak_bytes == 10 * 2**20 + state
+        assert prediction.n_tensors == prediction.candidates > 0 and prediction.peak_bytes == 6 * 2**20
+    assert predictor.predict(0, 1, 16).peak_bytes == 10 * 2**20
 
 
 def test_the_framework_hands_lms_a_backend_class():

@@ -130,6 +130,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--trial-timeout-s", type=float, default=120)
+    parser.add_argument("--search-cached", action="store_true",
+                        help="JAX: each trial again with XLA's algorithm search read from the first's results (the "
+                             "peak then holds none of the search's own buffers)")
     options = parser.parse_args()
     env = {**os.environ, "KERAS_BACKEND": options.backend,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -139,18 +142,28 @@ def main() -> None:
     for dtype in dtypes:
         for batch in options.batch:
             for ways in ([["lms"], ["plain"]] if options.model == "gemma" else [[]]):
-                args = dict(backend=options.backend, model=options.model, dtype=dtype, batch=batch,
-                            device=options.device, ways=ways, dump_after_s=max(1, options.trial_timeout_s - 10))
-                try:
-                    done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True,
-                                          text=True, env=env, timeout=options.trial_timeout_s, cwd=ROOT)
-                except subprocess.TimeoutExpired as expired:
-                    print(f"trial {json.dumps(args)} timed out: {(expired.stderr or b'')[-1500:]}", flush=True)
-                    continue
-                lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-                print(lines[-1][7:] if lines else f"trial {json.dumps(args)} failed: {done.stderr[-1500:]}",
-                      flush=True)
+                runs = [None] + ([f"/tmp/searched-{options.model}-{dtype}-{batch}-{'-'.join(ways)}.txt"]
+                                 if options.search_cached else [])
+                for cached in runs:
+                    args = dict(backend=options.backend, model=options.model, dtype=dtype, batch=batch,
+                                device=options.device, ways=ways, dump_after_s=max(1, options.trial_timeout_s - 10))
+                    here = dict(env)
+                    if options.search_cached:
+                        flag = "load" if cached else "dump"
+                        args["search"] = "cached" if cached else "run"
+                        here["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_gpu_{flag}_autotune_results_"
+                                             f"{'from' if cached else 'to'}={runs[-1]}").strip()
+                    print(_trial(args, here, options.trial_timeout_s), flush=True)
 
+
+def _trial(args: dict, env: dict, timeout_s: float) -> str:
+    try:
+        done = subprocess.run([sys.executable, "-c", TRIAL, json.dumps(args)], capture_output=True, text=True,
+                              env=env, timeout=timeout_s, cwd=ROOT)
+    except subprocess.TimeoutExpired as expired:
+        return f"trial {json.dumps(args)} timed out: {(expired.stderr or b'')[-1500:]}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return lines[-1][7:] if lines else f"trial {json.dumps(args)} failed: {done.stderr[-1500:]}"
 
 if __name__ == "__main__":
     main()

@@ -123,9 +123,9 @@ class JaxStepPredictor(PrefixPredictions):
         return trace_step(named_residuals(inner), args, self._layer_types)
 
     def plain_peak_bytes(self, batch_size: int) -> int:
-        """XLA's own figure for the step without LMS at ``batch_size``: the loss and gradient compiled for JAX's
-        default device, its arguments + outputs + temporaries - aliased (``memory_analysis()``), and the optimizer
-        state, which they do not read. XLA fuses element-wise chains the replay keeps apart, on a GPU far more
+        """XLA's own figure for the step without LMS at ``batch_size``: Keras's train step compiled for JAX's
+        default device (``compiled.step_bytes``: arguments + outputs - donated + temporaries, the temporaries'
+        region where a GPU pool grows). XLA fuses element-wise chains the replay keeps apart, on a GPU far more
         than on a CPU (docs/explain.md#where-it-runs): this is the figure that fits or not. The replay's where the
         compiler gives none. Compiled once per batch size.
 

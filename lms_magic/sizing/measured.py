@@ -10,7 +10,6 @@ and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch 
 
 from __future__ import annotations
 
-import gc
 import random
 
 import keras
@@ -143,13 +142,14 @@ class StepMeter:
         random_state, numpy_state = random.getstate(), np.random.get_state()
         start = FairStart(self.model, reseed=False)
         try:
+            # exactly steps + 1 batches, run to the epoch's end (not stopped at its last step: that leaves Keras's
+            # epoch generator suspended with its tf.data iterator and threads, for a full collection to free)
             outcome = start.run(self.model.fit, args, {**data_kwargs, "batch_size": batch_size, "epochs": 1, "shuffle": False,
-                                                         "verbose": 0}, lms + [peaks], steps + 1)
+                                                         "verbose": 0}, lms + [peaks])
         except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
             outcome = None
         finally:
             start.restore()
-            gc.collect()  # the fit's tf.data iterators and their threads freed now, not with many others' later
             random.setstate(random_state)
             np.random.set_state(numpy_state)
             self.model.history = history

@@ -9,7 +9,6 @@ are :class:`~lms_magic.fit.runs.FairStart` runs, as ``%%lms_fit --compare``'s.
 
 from __future__ import annotations
 
-import gc
 
 import keras
 import numpy as np
@@ -78,17 +77,17 @@ class TrialRunner:
 
             reset_peak = lambda: tf.config.experimental.reset_memory_stats(self.device.strip("/"))  # noqa: E731
         try:
+            # exactly steps + 1 batches, run to the epoch's end: a fit stopped at its last step leaves Keras's epoch
+            # generator suspended with its tf.data iterator, in a cycle only a full collection frees (its threads
+            # piled up over trials, and freeing them all at once stalled a tuning test for seconds)
             outcome = self.start.run(self.model.fit, args, {**data_kwargs, "batch_size": setting.batch_size, "epochs": 1,
                                                                "shuffle": False, "verbose": 0},
-                                     [lms] if lms else [], self.steps + 1, before_fit=reset_peak)
+                                     [lms] if lms else [], before_fit=reset_peak)
             if outcome.status == "oom":
                 return Trial(setting, "oom", message=f"out of memory: {outcome.error_line}")
             return Trial(setting, "ok", step_s=outcome.recorder.time_per_step_s(), peak_bytes=self._peak(setting, lms))
         finally:
             self.start.restore()
-            # the trial's fit freed now (its tf.data iterators and their threads): left to a later collection, many
-            # trials' were freed at once, each iterator waiting on its threads (a tuning test's 16 s of work took 48)
-            gc.collect()
 
     def _peak(self, setting: Setting, lms) -> int | None:
         if self.measures_peak:

@@ -67,9 +67,10 @@ def native_threads() -> int:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the process's threads in Linux's /proc")
 def test_trials_leave_no_threads_behind(tuning_data):
-    """Each trial's fit is freed when the trial ends, its tf.data iterators' threads too, whenever Python's
-    collector would have run (by allocation counts: here not at all). Left to a later collection, a tuning test's
-    trials held 38 more threads, and freeing them all at once stalled it for seconds."""
+    """Each trial's fit is freed when the trial ends, its tf.data iterators' threads too, with Python's collector
+    off: a fit stopped at its last step leaves Keras's epoch generator in a cycle with its iterator, which only a
+    full collection frees (a tuning test's trials then held 38 more threads, and freeing them all at once stalled
+    it for seconds; a full collection after each trial cost seconds in a test worker's large heap)."""
     tuning_session = TuningSession(reference_cnn_small(), tuning_data, batch_size=16, steps=2, **OPTIONS)
     count = tuning_session.predictor.predict(-1, 1, 16).candidates
     tuning_session.measure(Setting(count, 1, 16))  # TensorFlow's own pools start with the first fits

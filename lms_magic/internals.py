@@ -274,6 +274,20 @@ def fit_batch_size(frames) -> tuple[int | None, str]:
     return None, ""
 
 
+def close_stopped_epoch(frames) -> bool:
+    """Closes the epoch of the Keras ``fit`` among ``frames`` (a callback's callers) that a callback stopped with
+    ``model.stop_training``; whether one was closed. Stopped at a step, Keras's epoch generator stays suspended,
+    in a cycle with its epoch iterator and the data's iterator (tf.data's threads with it): only a full collection
+    of Python's collector would free them, and many freed at once stall the process for seconds."""
+    for frame in frames:
+        iterator = frame.f_locals.get("epoch_iterator") if frame.f_code.co_name == "fit" else None
+        generator = getattr(iterator, "_epoch_iterator", None)
+        if generator is not None and hasattr(generator, "close"):
+            generator.close()
+            return True
+    return False
+
+
 def _leading_dimension(batch) -> int | None:
     leaf = batch
     while isinstance(leaf, (tuple, list, dict)) and leaf:

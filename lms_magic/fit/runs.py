@@ -18,6 +18,7 @@ from typing import Callable
 import keras
 import numpy as np
 
+from .. import internals
 from ..memory.errors import explained, is_out_of_memory
 from ..memory.profile import profiling
 from .snapshot import CallbackState, TrainingState
@@ -44,6 +45,10 @@ class StepRecorder(keras.callbacks.Callback):
             self.losses.append(float(logs["loss"]))
         if self.max_steps is not None and len(self.step_s) >= self.max_steps:
             self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        if self.max_steps is not None and len(self.step_s) >= self.max_steps:  # stopped here: nothing left behind
+            internals.close_stopped_epoch(internals.calling_frames())
 
     def time_per_step_s(self) -> float | None:
         """The median step time, the first step (which traces) left out when there are others."""

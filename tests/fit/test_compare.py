@@ -188,3 +188,29 @@ def test_one_run_trains_as_a_plain_fit_from_the_users_random_state(fit_shell):
     (plain_loss, plain_after), (lms_loss, lms_after) = outcomes
     assert lms_loss == plain_loss
     assert lms_after == plain_after
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_a_run_stopped_at_its_steps_leaves_no_data_iterator_to_the_collector(epochs):
+    """`%%lms_fit --steps` stops Keras's fit at a step: its epoch is closed when it ends, so the data's tf.data
+    iterator (and its threads) is freed then, with Python's collector off, not by some later full collection
+    that frees many at once and stalls the process for seconds."""
+    import gc
+
+    from lms_magic.fit.runs import FairStart
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    model.compile("sgd", "mse")
+    x, y = np.ones((80, 8), "float32"), np.ones((80, 4), "float32")
+    start = FairStart(model)
+    gc.collect()
+    gc.disable()
+    try:
+        before = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
+        for _ in range(3):
+            outcome = start.run(model.fit, (x, y), {"batch_size": 8, "epochs": epochs, "verbose": 0}, max_steps=2)
+            assert outcome.status == "ok" and len(outcome.recorder.step_s) == 2
+        left = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert left == before, (before, left)

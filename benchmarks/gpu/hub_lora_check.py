@@ -57,17 +57,8 @@ class Peaks(keras.callbacks.Callback):
         if batch >= 1: self.read.append(peak())
 
 def gemma(dtype):
-    import keras_hub
-    keras.mixed_precision.set_global_policy(dtype)
-    keras.utils.set_random_seed(1)
-    backbone = keras_hub.models.GemmaBackbone(vocabulary_size=4096, num_layers=4, num_query_heads=4,
-        num_key_value_heads=1, hidden_dim=256, intermediate_dim=512, head_dim=64)
-    model = keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
-    backbone.enable_lora(4)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()])
-    return model
+    from tests.hub import causal_lm  # the tests' KerasHub causal LM, at issue 60's size
+    return causal_lm("gemma", seed=1, layers=4, hidden=256, vocabulary=4096, dtype=dtype)
 
 def cnn():
     keras.utils.set_random_seed(1)

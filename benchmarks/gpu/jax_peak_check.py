@@ -35,16 +35,8 @@ def stats():
     return {k: s.get(k) for k in ("bytes_in_use", "peak_bytes_in_use", "largest_alloc_size")}
 
 found = {"args": args, "readings": {}}
-import keras_hub
-keras.mixed_precision.set_global_policy(args["dtype"])
-keras.utils.set_random_seed(1)
-backbone = keras_hub.models.GemmaBackbone(vocabulary_size=4096, num_layers=4, num_query_heads=4,
-    num_key_value_heads=1, hidden_dim=256, intermediate_dim=512, head_dim=64)
-model = keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
-backbone.enable_lora(4)
-model.compile(optimizer=keras.optimizers.AdamW(1e-3),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-              weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()])
+from tests.hub import causal_lm  # the tests' KerasHub causal LM, at issue 60's size
+model = causal_lm("gemma", seed=1, layers=4, hidden=256, vocabulary=4096, dtype=args["dtype"])
 found["readings"]["built"] = stats()
 batch, steps = args["batch"], 4
 rng = np.random.default_rng(0)

@@ -35,6 +35,10 @@ class StepRecorder(keras.callbacks.Callback):
         self.step_s: list[float] = []
         self.losses: list[float] = []
         self._started = 0.0
+        self._fit_frames: tuple = ()  # Keras's fit among them, while it runs: to close its epoch if it raises
+
+    def on_train_begin(self, logs=None):
+        self._fit_frames = internals.calling_frames()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._started = time.perf_counter()
@@ -49,6 +53,13 @@ class StepRecorder(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if self.max_steps is not None and len(self.step_s) >= self.max_steps:  # stopped here: nothing left behind
             internals.close_stopped_epoch(internals.calling_frames())
+        self._fit_frames = ()
+
+    def close_raised_epoch(self) -> None:
+        """Closes the epoch of a fit that raised: as a stopped fit's, its epoch generator would stay suspended in a
+        cycle with the data's iterator (tf.data's threads with it) for a later full collection."""
+        frames, self._fit_frames = self._fit_frames, ()
+        internals.close_stopped_epoch(frames)
 
     def time_per_step_s(self) -> float | None:
         """The median step time, the first step (which traces) left out when there are others."""
@@ -123,6 +134,7 @@ class FairStart:
             with profiling(profiler) if profiler is not None else contextlib.nullcontext():
                 history = fit(*args, **{**kwargs, "callbacks": callbacks})
         except BaseException as error:
+            recorder.close_raised_epoch()
             self.training.restore()
             if isinstance(error, Exception) and is_out_of_memory(error):
                 return RunOutcome("oom", None, recorder, str(error).splitlines()[0][:200] if str(error) else "",

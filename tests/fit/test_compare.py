@@ -214,3 +214,32 @@ def test_a_run_stopped_at_its_steps_leaves_no_data_iterator_to_the_collector(epo
     finally:
         gc.enable()
     assert left == before, (before, left)
+
+
+def test_a_run_that_raises_leaves_no_data_iterator_to_the_collector():
+    """A run ended by an error (out of memory, an interrupt, a user's callback) closes its epoch as it ends, so the
+    data's tf.data iterator is freed then, with Python's collector off."""
+    import gc
+
+    from lms_magic.fit.runs import FairStart
+
+    class Raises(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                raise ValueError("a user's callback fails")
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    model.compile("sgd", "mse")
+    x, y = np.ones((80, 8), "float32"), np.ones((80, 4), "float32")
+    start = FairStart(model)
+    gc.collect()
+    gc.disable()
+    try:
+        before = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
+        for _ in range(3):
+            with pytest.raises(ValueError, match="a user's callback fails"):
+                start.run(model.fit, (x, y), {"batch_size": 8, "verbose": 0, "callbacks": [Raises()]})
+        left = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert left == before, (before, left)

@@ -190,56 +190,52 @@ def test_one_run_trains_as_a_plain_fit_from_the_users_random_state(fit_shell):
     assert lms_after == plain_after
 
 
-@pytest.mark.parametrize("epochs", [1, 3])
-def test_a_run_stopped_at_its_steps_leaves_no_data_iterator_to_the_collector(epochs):
-    """`%%lms_fit --steps` stops Keras's fit at a step: its epoch is closed when it ends, so the data's tf.data
-    iterator (and its threads) is freed then, with Python's collector off, not by some later full collection
-    that frees many at once and stalls the process for seconds."""
+def _data_iterators_left_by(run) -> tuple[int, int]:
+    """tf.data iterators alive before and after three fair runs of a small Dense model made by ``run(start, model,
+    data)``, with Python's collector off: what only a later full collection would free."""
     import gc
 
     from lms_magic.fit.runs import FairStart
 
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
     model.compile("sgd", "mse")
-    x, y = np.ones((80, 8), "float32"), np.ones((80, 4), "float32")
+    data = (np.ones((80, 8), "float32"), np.ones((80, 4), "float32"))
     start = FairStart(model)
     gc.collect()
     gc.disable()
     try:
         before = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
         for _ in range(3):
-            outcome = start.run(model.fit, (x, y), {"batch_size": 8, "epochs": epochs, "verbose": 0}, max_steps=2)
-            assert outcome.status == "ok" and len(outcome.recorder.step_s) == 2
-        left = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
+            run(start, model, data)
+        return before, sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_a_run_stopped_at_its_steps_leaves_no_data_iterator_to_the_collector(epochs):
+    """`%%lms_fit --steps` stops Keras's fit at a step: its epoch is closed when it ends, so the data's tf.data
+    iterator (and its threads) is freed then, with Python's collector off, not by some later full collection
+    that frees many at once and stalls the process for seconds."""
+    def stopped(start, model, data):
+        outcome = start.run(model.fit, data, {"batch_size": 8, "epochs": epochs, "verbose": 0}, max_steps=2)
+        assert outcome.status == "ok" and len(outcome.recorder.step_s) == 2
+
+    before, left = _data_iterators_left_by(stopped)
     assert left == before, (before, left)
 
 
 def test_a_run_that_raises_leaves_no_data_iterator_to_the_collector():
     """A run ended by an error (out of memory, an interrupt, a user's callback) closes its epoch as it ends, so the
     data's tf.data iterator is freed then, with Python's collector off."""
-    import gc
-
-    from lms_magic.fit.runs import FairStart
-
     class Raises(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == 2:
                 raise ValueError("a user's callback fails")
 
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
-    model.compile("sgd", "mse")
-    x, y = np.ones((80, 8), "float32"), np.ones((80, 4), "float32")
-    start = FairStart(model)
-    gc.collect()
-    gc.disable()
-    try:
-        before = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
-        for _ in range(3):
-            with pytest.raises(ValueError, match="a user's callback fails"):
-                start.run(model.fit, (x, y), {"batch_size": 8, "verbose": 0, "callbacks": [Raises()]})
-        left = sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
-    finally:
-        gc.enable()
+    def raising(start, model, data):
+        with pytest.raises(ValueError, match="a user's callback fails"):
+            start.run(model.fit, data, {"batch_size": 8, "verbose": 0, "callbacks": [Raises()]})
+
+    before, left = _data_iterators_left_by(raising)
     assert left == before, (before, left)

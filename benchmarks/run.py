@@ -104,7 +104,7 @@ REGISTRY = [
     Benchmark("fine_tuning", "KerasHub causal LMs with LoRA on a simulated 256 MiB device: LMS's and explain_fit's "
               "figures against the allocator, a fit with LMS() against plain", 12, "fine_tuning.py"),
     Benchmark("step_orders", "a plain step of the demo CNN in fresh processes: the executor's two orders, by the "
-              "allocator's events", 0.5, "step_orders.py"),
+              "allocator's events", 0.5, "closed_loop.py", ("--orders",)),
     Benchmark("devices", "JAX DataParallel on 2 and 4 host devices; MirroredStrategy over 2 accelerators", 0.5,
               "lms_devices.py"),
     Benchmark("soak", "a long-running kernel after an LMS fit: memory growth of plain calls", 1, "lms_soak.py"),

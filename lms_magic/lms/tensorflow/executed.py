@@ -12,6 +12,7 @@ from ..core.indexed import IndexedGraph
 from ..core.peak import LiveTensor, explain_peak
 from ..core.simulate import Node, collector_paused, replay
 from .graph import is_backward, is_join, is_swap_op, op_name_in_step, phase_of, swap_name, swapped_tensor_name
+from .internals import output_itemsizes
 from .partitions import nodes_from_partitions, swap_ins, swapped_in
 from .rewrite import TensorCandidate
 from .traced import TracedStep, device_suffix, recomputes_just_in_time
@@ -132,7 +133,8 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
             explained.append(None)
             continue
         nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
-                                                optimizer_after=step.optimizer_after, scratch_of=step.scratch_of)
+                                                optimizer_after=step.optimizer_after, scratch_of=step.scratch_of,
+                                                itemsizes_of=output_itemsizes, elements_of=step.elements_of)
         scratch_output.clear()
         scratch_output.update({node.name: len(node.outputs) - 1 for node in nodes if step.scratch_of(node.name)})
         nodes = recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
@@ -172,7 +174,8 @@ class ExecutedStep:
         suffix = device_suffix(device)
         self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
                                                           optimizer_after=traced.optimizer_after,
-                                                          scratch_of=traced.scratch_of)
+                                                          scratch_of=traced.scratch_of, itemsizes_of=output_itemsizes,
+                                                          elements_of=traced.elements_of)
         self.nodes = recomputes_just_in_time(self.nodes)
         self._indexed = None  # the nodes numbered for the replays (IndexedGraph), at the first
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in

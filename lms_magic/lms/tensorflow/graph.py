@@ -26,7 +26,7 @@ FORWARDING_OPS = frozenset({
 })
 
 # Ops whose output 0 is their input 0's buffer (TensorFlow forwards it); IdentityN: output i is input i's.
-ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+ALIASING_OPS = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "Bitcast",
                           "PreventGradient", "EnsureShape", "Snapshot", "_Retval"})
 
 # Backward ops that oneDNN's graph rewrite may fuse with a neighbour, which it does only where neither has a
@@ -66,6 +66,35 @@ def replica_prefix(op_name: str) -> str:
     """
     found = _REPLICA_OF.match(op_name)
     return found.group(1) if found else ""
+
+
+_REWRITE_SCOPES = ("ArithmeticOptimizer",)  # Grappler's optimizers that name a node they make after the one it replaces
+_STAGE = re.compile(r"[A-Z][A-Za-z0-9]*_")
+
+
+def grappler_origins(name: str) -> list[str]:
+    """The names the node a Grappler optimizer made in place of another may have had: ``scope/Optimizer/Stage_name``
+    or ``scope/Optimizer/Stage_rule_name`` (a rule such as a dtype) come from ``scope/name``, and such a name from
+    a rewrite again from its own origins, most likely first.
+
+    Example:
+        >>> grappler_origins("dense/Tensordot/ArithmeticOptimizer/FoldTransposeIntoMatMul_MatMul")
+        ['dense/Tensordot/MatMul']
+        >>> grappler_origins("a/Cast_1/ArithmeticOptimizer/ReorderCastLikeAndValuePreserving_float_Cast")
+        ['a/Cast_1/float_Cast', 'a/Cast_1/Cast']
+    """
+    scope, _, last = name.rpartition("/")
+    scope, _, optimizer = scope.rpartition("/")
+    stage = _STAGE.match(last)
+    if optimizer not in _REWRITE_SCOPES or stage is None:
+        return []
+    rest = last[stage.end():]
+    names = [rest] + ([rest.partition("_")[2]] if "_" in rest else [])
+    found = []
+    for each in names:
+        origin = f"{scope}/{each}" if scope else each
+        found += [origin] + grappler_origins(origin)
+    return found
 
 
 def op_name_in_step(name: str) -> str:

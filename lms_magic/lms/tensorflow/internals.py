@@ -116,6 +116,33 @@ def variable_of_handle(tensor):
     return tf.dtypes.as_dtype(shape_and_type.dtype), tf.TensorShape(shape_and_type.shape)
 
 
+def output_itemsizes(node) -> tuple[int, ...] | None:
+    """The bytes an element of each output of an executed graph's ``node`` (a NodeDef) takes, read from its op's
+    registered definition and its type attributes; None where the op or a type is not known (a function's own
+    op, a variant, a string)."""
+    from tensorflow.python.framework import dtypes, op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        return None
+    types = []
+    for arg in op_def.output_arg:
+        if arg.type_list_attr:
+            found = list(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr in node.attr else None
+        else:
+            kind = arg.type or (node.attr[arg.type_attr].type if arg.type_attr in node.attr else None)
+            count = node.attr[arg.number_attr].i if arg.number_attr and arg.number_attr in node.attr else 1
+            found = None if kind is None else [kind] * count
+        if found is None:
+            return None
+        types += found
+    try:
+        sizes = tuple(dtypes.as_dtype(kind).size for kind in types)
+    except TypeError:
+        return None
+    return sizes if all(sizes) else None
+
+
 def set_op_device(op, device: str) -> None:
     """Places ``op`` on ``device``."""
     op._set_device(device)

@@ -33,7 +33,10 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
                           size_of: Callable[[str, str, int], int | None],
                           priority_of: Callable[[str], float | None],
                           undo_swaps: bool = False, optimizer_after: float | None = None,
-                          scratch_of: Callable[[str], int] | None = None) -> tuple[list[Node], list[str]]:
+                          scratch_of: Callable[[str], int] | None = None,
+                          itemsizes_of: Callable | None = None,
+                          elements_of: Callable[[str, str, int], int | None] | None = None,
+                          ) -> tuple[list[Node], list[str]]:
     """Builds replay nodes from partition graphs.
 
     Args:
@@ -50,17 +53,22 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
             their gradient is ready: ``core.simulate.as_soon_as_ready``), or None.
         scratch_of: the bytes node ``name``'s kernel holds beyond its outputs while it runs (measured:
             ``core.scratch``), held as one more output that no node reads; None: none.
+        itemsizes_of: the bytes of an element of each output of a NodeDef, or None where not known
+            (``internals.output_itemsizes``): an output of unknown size is then sized by its elements (a
+            comparison's bool output of float32 inputs is a quarter of their bytes); None: by its inputs' bytes.
+        elements_of: the elements of output ``index`` of node ``name`` where ``size_of`` does not know its bytes
+            (a node Grappler made in place of a traced one, of another type), sized with ``itemsizes_of``.
 
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
     """
     with collector_paused():
         return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after,
-                                      scratch_of)
+                                      scratch_of, itemsizes_of, elements_of)
 
 
 def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after,
-                           scratch_of=None):
+                           scratch_of=None, itemsizes_of=None, elements_of=None):
     index = _PartitionIndex(partition_graphs, device)
     graph_nodes, sends, by_name, on_device = index.nodes, index.sends, index.by_name, index.on_device
     resolve, swapped_origin = index.resolve, index.swapped_origin
@@ -121,6 +129,8 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
 
     unknown: list[str] = []
     nodes: list[Node] = []
+    itemsizes = {} if itemsizes_of is None else {
+        node.name: itemsizes_of(node) for node in graph_nodes if node.name not in removed}
     for node in graph_nodes:
         if node.name in removed:
             continue
@@ -136,6 +146,10 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
                 source_node = by_name.get(source[0])
                 source_op = source_node.op if source_node is not None else ""
                 size = 0 if source_op in FREE_OPS else size_of(source[0], source_op, source[1])
+            own = itemsizes.get(node.name)
+            if size is None and elements_of is not None and own is not None and index < len(own):
+                elements = elements_of(node.name, node.op, index)
+                size = None if elements is None else elements * own[index]
             outputs.append(size)  # None: filled in below from the inputs
         scratch = scratch_of(node.name) if scratch_of is not None else 0
         if scratch:  # the kernel's own buffers, held while it runs: an output after those read
@@ -144,7 +158,7 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
         priority = priority_of(node.name)
         nodes.append(Node(node.name, tuple(outputs), tuple(data), tuple(control), on_device(node), alias,
                           -1.0 if priority is None else priority, node.op in FORWARDING_OPS))
-    nodes = _fill_unknown_sizes(nodes, unknown)
+    nodes = _fill_unknown_sizes(nodes, unknown, itemsizes)
     _propagate_priorities(nodes)
     step_inputs = {node.name for node in graph_nodes if node.name not in removed and _is_step_input(node)}
     return as_soon_as_ready(nodes, step_inputs, optimizer_after), unknown
@@ -256,21 +270,34 @@ def swap_ins(partition_graphs: Iterable, device: str) -> dict[str, tuple[str, tu
     return found
 
 
-def _fill_unknown_sizes(nodes: list[Node], unknown: list[str]) -> list[Node]:
-    """An output of unknown size is taken as large as the node's largest input
-    (exact for element-wise ops, such as an optimizer's updates in nested functions)."""
+def _fill_unknown_sizes(nodes: list[Node], unknown: list[str],
+                        itemsizes: dict[str, tuple[int, ...] | None] | None = None) -> list[Node]:
+    """An output of unknown size is taken to hold as many elements as the node's largest input (exact for
+    element-wise ops, such as an optimizer's updates in nested functions, and comparisons), at its own element
+    size where ``itemsizes`` knows both (a bool of a float32 input: a quarter of its bytes), else its bytes."""
+    itemsizes = itemsizes or {}
     position = {node.name: index for index, node in enumerate(nodes)}
+
+    def itemsize(name: str, index: int) -> int | None:
+        sizes = itemsizes.get(name)
+        return sizes[index] if sizes is not None and index < len(sizes) else None
+
     for node in execution_order(nodes):
         node = nodes[position[node.name]]
         if all(size is not None for size in node.outputs):
             continue
         if node.on_device:
             unknown.append(node.name)
-        known = [nodes[position[name]].outputs[index] for name, index in node.inputs
+        known = [(nodes[position[name]].outputs[index], itemsize(name, index)) for name, index in node.inputs
                  if name in position and index < len(nodes[position[name]].outputs)]
-        guess = max([size for size in known if size is not None], default=0)
-        outputs = tuple(guess if size is None else size for size in node.outputs)
-        nodes[position[node.name]] = Node(node.name, outputs, node.inputs, node.control_inputs, node.on_device,
+        known = [(size, each) for size, each in known if size is not None]
+        outputs = []
+        for index, size in enumerate(node.outputs):
+            if size is None:
+                own = itemsize(node.name, index)
+                size = max([nbytes // each * own if own and each else nbytes for nbytes, each in known], default=0)
+            outputs.append(size)
+        nodes[position[node.name]] = Node(node.name, tuple(outputs), node.inputs, node.control_inputs, node.on_device,
                                           node.alias_input, node.priority, node.forwards_input)
     return nodes
 

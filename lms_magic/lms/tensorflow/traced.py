@@ -17,7 +17,7 @@ from ..core.indexed import IndexedGraph
 from ..core.peak import SCRATCH_KIND, LiveTensor, explain_peak
 from ..core.simulate import Node, Swap, as_soon_as_ready, collector_paused, replay_with_swaps
 from .graph import (ALIASING_OPS, FORWARDING_OPS, FREE_OPS, INPUT_OPS, SHAPE_OPS, is_backward, is_join,
-                    is_recompute_op, kind_of_op, op_name_in_step, phase_of)
+                    grappler_origins, is_recompute_op, kind_of_op, op_name_in_step, phase_of)
 from .rescale import bytes_of, dims_inferred, dims_sized, sized_dims, static_bytes
 from .rewrite import TensorCandidate
 
@@ -260,14 +260,34 @@ class TracedStep:
             self._scratch_at = (batch, self.scratch.at(batch))
         return self._scratch_at[1].get(op_name_in_step(partition_name), 0)
 
-    def _lookup(self, partition_name: str):
-        """The traced op an executed node comes from: its name, less leading scopes (never its bare last part)."""
+    def _lookup(self, partition_name: str, rewritten: bool = False):
+        """The traced op an executed node comes from: its name in the step (less the calls that wrap the step), else
+        its name less leading scopes (never its bare last part); ``rewritten``: else the op a node Grappler's
+        arithmetic optimizer made in its place was made from (``graph.grappler_origins``)."""
+        op = self._by_name.get(op_name_in_step(partition_name))
+        if op is not None:
+            return op
         parts = partition_name.split("/")
         for start in range(max(len(parts) - 1, 1)):
             op = self._by_name.get("/".join(parts[start:]))
             if op is not None:
                 return op
+        for origin in grappler_origins(partition_name) if rewritten else ():
+            op = self._lookup(origin)
+            if op is not None:
+                return op
         return None
+
+    def elements_of(self, partition_name: str, op_type: str, index: int) -> int | None:
+        """The elements of output ``index`` of an executed node, from the traced op it was made from (Grappler may
+        have changed its type: a cast moved past a reshape), or None where not known."""
+        op = self._lookup(partition_name, rewritten=True)
+        if op is None or index >= len(op.outputs) or not op.outputs[index].dtype.size:
+            return None
+        tensor = op.outputs[index]
+        known = self.known_dims().get(tensor.name)
+        nbytes = static_bytes(tensor, self.batch_size) if known is None else bytes_of(known, tensor.dtype.size)
+        return None if nbytes is None else nbytes // tensor.dtype.size
 
     def size_of(self, partition_name: str, op_type: str, index: int) -> int | None:
         if op_type in ("_Recv", "_Send"):

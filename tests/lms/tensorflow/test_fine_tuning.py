@@ -189,3 +189,37 @@ def test_class_weight_and_validation_data_through_batch_size_max_and_the_dashboa
     assert result.variants[-1].batch_size < 256  # the batch chosen, not all the data
     rows = {row[0]: row[1:] for row in result.table()}
     assert "-" not in rows["final val_sparse_categorical_accuracy"][:1] + rows["final val_loss"][:1], rows
+
+
+def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib):
+    """Under mixed precision the weighted accuracy's argmax runs on the float32 logits through bitcasts, bool
+    comparisons and selects that TensorFlow's executed graph names outside the model. LMS's figure of a plain step,
+    read from that graph after its first step swapped every tensor, sizes them by their shapes and types (a
+    bitcast holds no buffer, a comparison holds bools): within 10% of the allocator's peak of the plain steps
+    (each of them sized as its largest input, 1.26x on issue 60's Llama at batch 8)."""
+    import keras
+
+    import lms_magic
+    from lms_magic.memory.frameworks import resettable_counter
+
+    x, y, weights = lm_data(n=24, sequence=128, vocabulary=4096)
+
+    def plain_steps() -> list[int]:
+        counter, steps, before = resettable_counter("/CPU:0"), [], []
+        record = keras.callbacks.LambdaCallback(
+            on_train_batch_begin=lambda *_, **__: (counter.reset(), before.append(counter.read()[0])),
+            on_train_batch_end=lambda *_, **__: steps.append(counter.read()[1] - before[-1]))
+        causal_lm("llama", vocabulary=4096, dtype="mixed_bfloat16").fit(
+            x, y, sample_weight=weights, batch_size=8, verbose=0, callbacks=[record])
+        return steps
+
+    lms = lms_magic.LMS(n_tensors=-1, verbose=0)
+    causal_lm("llama", vocabulary=4096, dtype="mixed_bfloat16").fit(
+        x, y, sample_weight=weights, batch_size=8, verbose=0, callbacks=[lms])
+    stats = lms.stats
+    assert stats.prediction_source.startswith("executed partition graphs"), stats.notes
+    metrics = [row for row in stats.peak_without_lms["top"] if row["layer"] == "metrics"]
+    assert all(row["shape"] is not None for row in metrics), metrics
+    predicted = stats.device_peak_bytes_without_lms - stats.persistent_bytes
+    steps = plain_steps()
+    assert 0.9 <= predicted / max(steps[1:]) <= 1.1, (predicted, steps, stats.peak_without_lms["top"])

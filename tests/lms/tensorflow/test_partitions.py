@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 from lms_magic.lms.core.simulate import replay
+from lms_magic.lms.tensorflow.graph import grappler_origins
 from lms_magic.lms.tensorflow.partitions import nodes_from_partitions
 
 DEV, HOST = "/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -118,3 +119,37 @@ def test_a_swapped_tensors_route_names_its_device_readers_its_swap_in_and_where_
     assert (route.producer, route.op_type, route.index) == ("relu", "Relu", 0)
     assert route.readers == ("pool",) and route.swap_ins == ("lms_swap_in/relu",)
     assert route.landings == ("grad/a/lms_landed_0", "grad/b/lms_landed_1")
+
+
+def test_an_output_of_unknown_size_holds_its_inputs_elements_at_its_own_element_size():
+    """A comparison of float32 logits nobody sized: its bools are a quarter of the logits' bytes where the element
+    sizes are known, the logits' bytes where they are not."""
+    graph = [SimpleNamespace(node=[node("logits", "MatMul"), node("less", "Less", ["logits", "logits"]),
+                                   node("both", "LogicalAnd", ["less", "less"]), node("out", "Cast", ["both"]),
+                                   node("sum", "Sum", ["out"])])]
+    sizes = {"logits": 400, "sum": 4}
+    itemsizes = {"MatMul": (4,), "Less": (1,), "LogicalAnd": (1,), "Cast": (4,), "Sum": (4,)}
+
+    def sized(itemsizes_of):
+        nodes, unknown = nodes_from_partitions(graph, "device:GPU:0", lambda name, op, index: sizes.get(name),
+                                               lambda name: None, itemsizes_of=itemsizes_of)
+        return {n.name: n.outputs for n in nodes}, sorted(unknown)
+
+    assert sized(lambda n: itemsizes[n.op]) == ({"logits": (400,), "less": (100,), "both": (100,), "out": (400,),
+                                                 "sum": ()}, ["both", "less", "out"])
+    assert sized(None)[0]["less"] == (400,)
+
+
+def test_a_node_grappler_made_of_another_type_is_sized_by_its_origins_elements():
+    """Grappler moves a cast past a reshape: the new reshape holds the origin's elements at the cast's input type
+    (bfloat16 here, where the traced reshape held float32)."""
+    renamed = "dense/ArithmeticOptimizer/ReorderCastLikeAndValuePreserving_bfloat16_Reshape"
+    graph = [SimpleNamespace(node=[node("x", "MatMul"), node(renamed, "Reshape", ["x"]),
+                                   node("y", "Cast", [renamed]), node("loss", "Sum", ["y"])])]
+    elements = {"dense/Reshape": 1000}
+    sizes = {"x": 2000, "y": 4000, "loss": 4}
+    nodes, unknown = nodes_from_partitions(
+        graph, "device:GPU:0", lambda name, op, index: sizes.get(name), lambda name: None,
+        itemsizes_of=lambda n: {"Reshape": (2,)}.get(n.op), elements_of=lambda name, op, index: next(
+            (elements[origin] for origin in grappler_origins(name) if origin in elements), None))
+    assert {n.name: n.outputs for n in nodes}[renamed] == (2000,) and unknown == []

@@ -11,6 +11,7 @@ and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch 
 from __future__ import annotations
 
 import random
+import weakref
 
 import keras
 import numpy as np
@@ -19,6 +20,11 @@ from ..lms.core.plan import BudgetError
 from ..lms.explain.largest import MeasuredStep
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
+
+# Plain steps measured in this process, by model: every later answer on the same model, device and data reads
+# them rather than measuring again (a step's peak can differ between two measurements of one batch: the executor
+# may run the backward pass in another order).
+_PLAIN_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class StepPeaks(keras.callbacks.Callback):
@@ -111,6 +117,10 @@ class StepMeter:
         key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
         if key in self._known:
             return self._known[key]
+        remembered = None if with_lms else _PLAIN_STEPS.get(self.model, {}).get(self._plain_key(batch_size))
+        if remembered is not None:
+            self._known[key] = remembered
+            return remembered
         from ..lms.callback import LMS
         from ..lms.framework import framework
 
@@ -129,7 +139,19 @@ class StepMeter:
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
                                  scratch=scratch[0] if scratch else None)
         self._known[key] = found
+        if not with_lms and not found.out_of_memory:  # an out-of-memory step is tried again by a later answer
+            _PLAIN_STEPS.setdefault(self.model, {})[self._plain_key(batch_size)] = found
         return found
+
+    def _plain_key(self, batch_size: int) -> tuple:
+        """What a plain step's peak rests on besides the model object: the device, the batch, the model's variables
+        (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes."""
+        model = self.model
+        variables = tuple((tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.weights)
+        flags = (id(getattr(model, "optimizer", None)), str(getattr(model, "dtype_policy", "")),
+                 getattr(model, "jit_compile", None), getattr(model, "run_eagerly", None))
+        meter = type(self.counter).__qualname__
+        return meter, self.device, batch_size, variables, flags, _samples_signature(self.data)
 
     def _run(self, batch_size: int, lms: list, peaks, steps: int):
         """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:
@@ -154,6 +176,20 @@ class StepMeter:
             np.random.set_state(numpy_state)
             self.model.history = history
         return outcome
+
+
+def _samples_signature(data) -> tuple:
+    """The data's identity for a measured step: each array's shape past the batch and type (arrays, dicts of
+    them), else the data object's own identity (a dataset read again may yield other batches)."""
+    leaves = data if isinstance(data, (tuple, list)) else (data,)
+    found = []
+    for leaf in leaves:
+        for value in (leaf.values() if isinstance(leaf, dict) else (leaf,)):
+            shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+            if shape is None or dtype is None:
+                return ("object", id(data))
+            found.append((tuple(shape[1:]), str(dtype)))
+    return tuple(found)
 
 
 def step_meter(model, data, device: str | None, lms_options: dict | None = None) -> tuple[StepMeter | None, str]:

@@ -235,7 +235,8 @@ class FirstStepChecks:
         self.stats.update(planning_s=(self.stats.planning_s or 0) + time.perf_counter() - started)
         self.stats.notes = [note for note in self.stats.notes if not note.startswith("no swap lowers the predicted peak")]
         names = [candidate.tensor for candidate in plan.moved]
-        kept = self._probe_kept(plan, partitions) if names and names != self._chosen[self.stats.batch_size] else None
+        # the probe's swaps may stand for a plan that moves fewer, or none (the way out is Keras's step traced anew)
+        kept = self._probe_kept(plan, partitions) if names != self._chosen[self.stats.batch_size] else None
         if kept is not None:
             self.check.phase = Phase.PLANNED
             self.stats.notes.append(kept)

@@ -223,3 +223,33 @@ def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib):
     predicted = stats.device_peak_bytes_without_lms - stats.persistent_bytes
     steps = plain_steps()
     assert 0.9 <= predicted / max(steps[1:]) <= 1.1, (predicted, steps, stats.peak_without_lms["top"])
+
+
+@pytest.mark.parametrize("link", ["copies hide", "copies cost"])
+def test_where_the_probe_finds_the_step_fits_a_short_fit_keeps_its_swaps_rather_than_trace_kerass_step(
+        accelerator_memory, request, link):
+    """On a device between the executed step's figure and the traced graph's (which Grappler's rewrites make
+    larger), LMS probes, and the executed graphs say the plain step fits. Leaving LMS would trace Keras's own step
+    anew (seconds on a large graph): where the probe's copies hide over the steps left, its swaps stand (moved,
+    said); where they cost more than a trace, LMS steps out and nothing moves."""
+    import lms_magic
+
+    x, y, weights = lm_data(n=24, sequence=128)
+
+    def fitted(memory: str, **options):
+        accelerator_memory(memory)
+        lms = lms_magic.LMS(verbose=0, **options)
+        causal_lm(dtype="mixed_bfloat16").fit(x, y, sample_weight=weights, batch_size=8, verbose=0, callbacks=[lms])
+        return lms.stats
+
+    executed, traced = fitted("1GiB", n_tensors=-1), fitted("1GiB")
+    assert traced.prediction_source == "traced graph" and executed.prediction_source.startswith("executed")
+    between = (executed.device_peak_bytes_without_lms + traced.device_peak_bytes_without_lms) // 2
+    if link == "copies cost":
+        request.getfixturevalue("costly_copies")
+    stats = fitted(str(int(between / 0.8)))  # LMS plans to fill 80% of the device
+    notes = " ".join(stats.notes)
+    if link == "copies hide":
+        assert "swaps stand (the plan would move 0)" in notes and stats.swapped_tensors > 0, notes
+    else:
+        assert "the step fits the device" in notes and "nothing moves from the second step on" in notes, notes

@@ -46,9 +46,11 @@ def test_lms_demo_shows_the_win_then_the_seed_experiment_headless(tmp_path, caps
         loss_row = next(line for line in table.splitlines() if "final loss" in line).split()
         assert loss_row[2] == loss_row[3]  # the same loss with and without LMS
     win, seed = [d["text/plain"] for d in outputs if "lms-magic-headline" in d.get("text/html", "")]
-    # part 1: the step does not fit the budget explain_fit suggested without LMS and does with it (the peak down
-    # 43% here; 9% where the convolutions' kernels hold 30 MiB of scratch, which nothing moves)
-    assert win.startswith("LMS: without LMS the step would not fit the budget (") and "with LMS it fits" in win
+    # part 1: the step does not fit without LMS (the budget explain_fit suggested, or the device itself where the
+    # measured steps held no more than the replay) and does with it (the peak down 43% here; 9% where the
+    # convolutions' kernels hold 30 MiB of scratch, which nothing moves)
+    assert win.startswith(("LMS: without LMS the step would not fit the budget (",
+                           "LMS: without LMS the step would not fit the device (")) and "with LMS it fits" in win
     drop = int(win.split("predicted device peak -")[1].split("%")[0])
     assert drop > 0 and "final loss identical" in win and "tensors swapped" in win
     # part 2: the small model fits, nothing moves, and a step-time difference is not called a cost

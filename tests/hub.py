@@ -47,6 +47,23 @@ def fit_both(kind: str, callback, epochs: int = 1, **size):
     return fitted
 
 
+def skip_where_tensorflow_cannot_run_bfloat16() -> None:
+    """Skips the test where TensorFlow's oneDNN (which the tests turn on) has no bfloat16 matmul: a CPU, or a
+    ``ONEDNN_MAX_CPU_ISA`` cap, without AVX-512. TensorFlow aborts the process there ("could not create a primitive
+    descriptor for the matmul primitive"); where it picks its kernels itself it leaves oneDNN off on such CPUs."""
+    import os
+
+    import keras
+
+    if keras.backend.backend() != "tensorflow" or os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "1":
+        return
+    from lms_magic.memory.machine import cpu_name
+
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if "AVX-512" not in cpu_name() or not cap.startswith(("ALL", "AVX512", "AVX10", "AVX2_VNNI_2", "AMX")):
+        pytest.skip(f"TensorFlow's oneDNN has no bfloat16 matmul on this CPU ({cpu_name()}, oneDNN's ISA {cap})")
+
+
 CAUSAL_LMS = {"gemma": ("GemmaBackbone", "GemmaCausalLM"), "llama": ("LlamaBackbone", "LlamaCausalLM"),
               "mistral": ("MistralBackbone", "MistralCausalLM")}
 
@@ -59,6 +76,8 @@ def causal_lm(family: str = "gemma", seed: int = 1, layers: int = 2, hidden: int
     keras_hub = pytest.importorskip("keras_hub", reason="keras-hub is installed by `make install` (no-deps)")
     import keras
 
+    if "bfloat16" in dtype:
+        skip_where_tensorflow_cannot_run_bfloat16()
     backbone_class, task_class = (getattr(keras_hub.models, name) for name in CAUSAL_LMS[family])
     keras.utils.set_random_seed(seed)
     size = dict(vocabulary_size=vocabulary, num_layers=layers, num_query_heads=4, num_key_value_heads=1,

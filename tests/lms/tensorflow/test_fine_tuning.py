@@ -191,8 +191,9 @@ def test_class_weight_and_validation_data_through_batch_size_max_and_the_dashboa
     assert "-" not in rows["final val_sparse_categorical_accuracy"][:1] + rows["final val_loss"][:1], rows
 
 
-def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib):
-    """Under mixed precision the weighted accuracy's argmax runs on the float32 logits through bitcasts, bool
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib, dtype):
+    """The weighted accuracy's argmax runs on the float32 logits (fp32 and mixed precision) through bitcasts, bool
     comparisons and selects that TensorFlow's executed graph names outside the model. LMS's figure of a plain step,
     read from that graph after its first step swapped every tensor, sizes them by their shapes and types (a
     bitcast holds no buffer, a comparison holds bools): at most 10% over the allocator's peak of the plain steps
@@ -210,12 +211,12 @@ def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib):
         record = keras.callbacks.LambdaCallback(
             on_train_batch_begin=lambda *_, **__: (counter.reset(), before.append(counter.read()[0])),
             on_train_batch_end=lambda *_, **__: steps.append(counter.read()[1] - before[-1]))
-        causal_lm("llama", vocabulary=4096, dtype="mixed_bfloat16").fit(
+        causal_lm("llama", vocabulary=4096, dtype=dtype).fit(
             x, y, sample_weight=weights, batch_size=8, verbose=0, callbacks=[record])
         return steps
 
     lms = lms_magic.LMS(n_tensors=-1, verbose=0)
-    causal_lm("llama", vocabulary=4096, dtype="mixed_bfloat16").fit(
+    causal_lm("llama", vocabulary=4096, dtype=dtype).fit(
         x, y, sample_weight=weights, batch_size=8, verbose=0, callbacks=[lms])
     stats = lms.stats
     assert stats.prediction_source.startswith("executed partition graphs"), stats.notes

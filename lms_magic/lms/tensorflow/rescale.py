@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -280,11 +281,24 @@ def dims_inferred(graph, batch: int) -> dict[str, list[int]]:
         >>> [dims for name, dims in dims_inferred(graph, 8).items() if name.startswith("zeros")]
         [[8, 5, 7]]
     """
-    import tensorflow as tf
-
     before = {name: dims for name, dims in traced_dims(graph).items() if None in dims}
     if not before:
         return {}
+    key = (batch, tuple(before))  # ops added since (LMS's own) that add a tensor of unknown size: inferred again
+    known = _INFERRED.get(graph)
+    if known is None or known[0] != key:
+        known = (key, _dims_inferred(graph, batch, before))
+        _INFERRED[graph] = known
+    return dict(known[1])
+
+
+# The last inference of each traced graph (LMS's plan and its figures ask it of the same step).
+_INFERRED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _dims_inferred(graph, batch: int, before: dict) -> dict[str, list[int]]:
+    import tensorflow as tf
+
     graph_def = graph.as_graph_def()
     for node in graph_def.node:
         if node.op in ("IteratorGetNext", "OptionalGetValue"):

@@ -284,12 +284,39 @@ def dims_inferred(graph, batch: int) -> dict[str, list[int]]:
     before = {name: dims for name, dims in traced_dims(graph).items() if None in dims}
     if not before:
         return {}
-    key = (batch, tuple(before))  # ops added since (LMS's own) that add a tensor of unknown size: inferred again
+    key = (batch, tuple(before))
     known = _INFERRED.get(graph)
     if known is None or known[0] != key:
-        known = (key, _dims_inferred(graph, batch, before))
+        passed_on = None if known is None or known[0][0] != batch else \
+            _passed_on(graph, known[1], [name for name in before if name not in set(known[0][1])], before)
+        known = (key, passed_on if passed_on is not None else _dims_inferred(graph, batch, before))
         _INFERRED[graph] = known
     return dict(known[1])
+
+
+def _passed_on(graph, inferred: dict, added: list[str], before: dict) -> dict | None:
+    """``inferred`` grown by the ``added`` tensors of unknown dimensions, where LMS's swap ops made them since (each
+    its input's dimensions); None where another op did (the graph is then inferred again)."""
+    from .graph import SWAP_OPS
+
+    grown, waiting = dict(inferred), added
+    while waiting:
+        left = []
+        for name in waiting:
+            op = graph.get_tensor_by_name(name).op
+            if op.type not in SWAP_OPS or not op.inputs:
+                return None
+            source = op.inputs[0].name
+            if source in grown:
+                grown[name] = grown[source]
+            elif source in waiting:
+                left.append(name)
+            elif source not in before:  # an input of known dimensions: the swap's are those too
+                return None
+        if len(left) == len(waiting):
+            return None
+        waiting = left
+    return grown
 
 
 # The last inference of each traced graph (LMS's plan and its figures ask it of the same step).

@@ -77,3 +77,26 @@ def test_a_dimension_that_grows_as_the_batch_s_square_is_refused():
     model = compiled(lambda: similarities(flat=False))
     assert dims_at(traced(model, 11), 11, 13) == shapes(traced(model, 13))
     assert dims_at(traced(compiled(lambda: similarities(flat=True)), 11), 11, 13) is None
+
+
+def test_the_swaps_lms_adds_after_an_inference_get_the_dimensions_a_new_inference_finds():
+    """A step traced at an unknown batch is inferred once: the swap ops LMS adds to it later take their input's
+    dimensions, as inferring the rewritten graph again finds them (a sequence length read off the input is not the
+    batch)."""
+    from lms_magic.lms.tensorflow.rescale import dims_inferred
+
+    def traced():
+        def step(x):
+            return tf.zeros(tf.stack([tf.shape(x)[0], tf.shape(x)[1], 7]))
+        return tf.function(step).get_concrete_function(tf.TensorSpec([None, 5], tf.float32)).graph
+
+    def swapped(graph):
+        zeros = next(op for op in graph.get_operations() if op.type == "Fill").outputs[0]
+        with graph.as_default():
+            out = tf.raw_ops.EnsureShape(input=zeros, shape=zeros.shape)
+            return tf.raw_ops.Snapshot(input=out).name
+
+    inferred_first, rewritten = traced(), traced()
+    dims_inferred(inferred_first, 8)  # the plan's inference, before the rewrite
+    name_first, name_rewritten = swapped(inferred_first), swapped(rewritten)
+    assert dims_inferred(inferred_first, 8)[name_first] == dims_inferred(rewritten, 8)[name_rewritten] == [8, 5, 7]

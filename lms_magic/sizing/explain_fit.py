@@ -136,7 +136,8 @@ def _meter(model, data, options: dict, budget: int | None):
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
     """Plain steps measured at the batch asked for (on a GPU, the largest predicted to fit, where smaller) and at
-    half of it (steps measured before on the same model, device and data are read again: ``measured.py``). Where the framework reads each kernel's scratch off the steps (TensorFlow's profiler), every replay
+    half of it (steps measured before on the same model, device and data are read again: ``measured.py``). Where
+    the framework reads each kernel's scratch off the steps (TensorFlow's profiler), every replay
     holds it at its op from then on (``core.scratch``: a line in the batch for each op). What the allocator held
     beyond the replay is then the line through the two steps' peaks against the replay's step bytes (a fixed part
     and one that grows with the batch), or the one step's ratio where only one could be measured. Steps of the

@@ -117,7 +117,8 @@ class StepMeter:
         key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
         if key in self._known:
             return self._known[key]
-        remembered = None if with_lms else _PLAIN_STEPS.get(self.model, {}).get(self._plain_key(batch_size))
+        plain_key = None if with_lms else self._plain_key(batch_size)
+        remembered = None if plain_key is None else _PLAIN_STEPS.get(self.model, {}).get(plain_key)
         if remembered is not None:
             self._known[key] = remembered
             return remembered
@@ -139,19 +140,23 @@ class StepMeter:
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
                                  scratch=scratch[0] if scratch else None)
         self._known[key] = found
-        if not with_lms and not found.out_of_memory:  # an out-of-memory step is tried again by a later answer
-            _PLAIN_STEPS.setdefault(self.model, {})[self._plain_key(batch_size)] = found
+        if plain_key is not None and not found.out_of_memory:  # an out-of-memory step is tried again later
+            _PLAIN_STEPS.setdefault(self.model, {})[plain_key] = found
         return found
 
-    def _plain_key(self, batch_size: int) -> tuple:
+    def _plain_key(self, batch_size: int) -> tuple | None:
         """What a plain step's peak rests on besides the model object: the device, the batch, the model's variables
-        (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes."""
+        (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes; None
+        where the data are not arrays (a dataset read again may yield other batches: measured each time)."""
+        samples = _samples_signature(self.data)
+        if samples is None:
+            return None
         model = self.model
         variables = tuple((tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.weights)
         flags = (id(getattr(model, "optimizer", None)), str(getattr(model, "dtype_policy", "")),
                  getattr(model, "jit_compile", None), getattr(model, "run_eagerly", None))
         meter = type(self.counter).__qualname__
-        return meter, self.device, batch_size, variables, flags, _samples_signature(self.data)
+        return meter, self.device, batch_size, variables, flags, samples
 
     def _run(self, batch_size: int, lms: list, peaks, steps: int):
         """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:
@@ -178,16 +183,16 @@ class StepMeter:
         return outcome
 
 
-def _samples_signature(data) -> tuple:
-    """The data's identity for a measured step: each array's shape past the batch and type (arrays, dicts of
-    them), else the data object's own identity (a dataset read again may yield other batches)."""
+def _samples_signature(data) -> tuple | None:
+    """What a measured step's data are: each array's shape past the batch and type (arrays, dicts of them); None
+    for anything else."""
     leaves = data if isinstance(data, (tuple, list)) else (data,)
     found = []
     for leaf in leaves:
         for value in (leaf.values() if isinstance(leaf, dict) else (leaf,)):
             shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
             if shape is None or dtype is None:
-                return ("object", id(data))
+                return None
             found.append((tuple(shape[1:]), str(dtype)))
     return tuple(found)
 

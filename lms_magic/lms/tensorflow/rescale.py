@@ -287,8 +287,9 @@ def dims_inferred(graph, batch: int) -> dict[str, list[int]]:
     key = (batch, tuple(before))
     known = _INFERRED.get(graph)
     if known is None or known[0] != key:
-        passed_on = None if known is None or known[0][0] != batch else \
-            _passed_on(graph, known[1], [name for name in before if name not in set(known[0][1])], before)
+        earlier = set(known[0][1]) if known is not None and known[0][0] == batch else None
+        passed_on = None if earlier is None else \
+            _passed_on(graph, known[1], [name for name in before if name not in earlier], before)
         known = (key, passed_on if passed_on is not None else _dims_inferred(graph, batch, before))
         _INFERRED[graph] = known
     return dict(known[1])

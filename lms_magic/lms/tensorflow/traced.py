@@ -284,10 +284,8 @@ class TracedStep:
         op = self._lookup(partition_name, rewritten=True)
         if op is None or index >= len(op.outputs) or not op.outputs[index].dtype.size:
             return None
-        tensor = op.outputs[index]
-        known = self.known_dims().get(tensor.name)
-        nbytes = static_bytes(tensor, self.batch_size) if known is None else bytes_of(known, tensor.dtype.size)
-        return None if nbytes is None else nbytes // tensor.dtype.size
+        nbytes = self._tensor_bytes(op.outputs[index])
+        return None if nbytes is None else nbytes // op.outputs[index].dtype.size
 
     def size_of(self, partition_name: str, op_type: str, index: int) -> int | None:
         if op_type in ("_Recv", "_Send"):
@@ -299,7 +297,10 @@ class TracedStep:
             return None
         if index >= len(op.outputs):
             return 0  # an output that a fusion added (a bias gradient): small
-        tensor = op.outputs[index]
+        return self._tensor_bytes(op.outputs[index])
+
+    def _tensor_bytes(self, tensor) -> int | None:
+        """A traced tensor's bytes at this step's batch (its dimensions as inferred there, else sized by rule)."""
         known = self.known_dims().get(tensor.name)
         return static_bytes(tensor, self.batch_size) if known is None else bytes_of(known, tensor.dtype.size)
 

@@ -135,8 +135,8 @@ def _meter(model, data, options: dict, budget: int | None):
 
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
-    """Plain steps measured at the batch asked for (on a GPU, the largest predicted to fit, where smaller) and at
-    half of it (steps measured before on the same model, device and data are read again: ``measured.py``). Where
+    """Plain steps measured at the batch asked for (or the largest predicted to fit, where smaller) and at half
+    of it (steps measured before on the same model, device and data are read again: ``measured.py``). Where
     the framework reads each kernel's scratch off the steps (TensorFlow's profiler), every replay
     holds it at its op from then on (``core.scratch``: a line in the batch for each op). What the allocator held
     beyond the replay is then the line through the two steps' peaks against the replay's step bytes (a fixed part
@@ -146,10 +146,7 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
     from ..lms.core.scratch import KernelScratch
 
     persistent = session.predictor.persistent_bytes
-    # a GPU runs out of memory over its capacity: its steps are measured at the largest batch predicted to fit;
-    # a simulated device never does, and its steps at the batch asked are those every later answer reads again
-    plain = mode_fit(session, "", "", batch_size, capacity_bytes, limit) if limit is not None and meter.on_gpu \
-        else None
+    plain = mode_fit(session, "", "", batch_size, capacity_bytes, limit) if limit is not None else None
     batch = max(1, min(batch_size, plain.largest_batch if plain is not None and plain.largest_batch else batch_size))
     steps = [meter.measure(batch)]
     if steps[0].step_bytes is not None and batch >= 2:

@@ -136,7 +136,8 @@ def _meter(model, data, options: dict, budget: int | None):
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
     """Plain steps measured at the batch asked for (or the largest predicted to fit, where smaller) and at half
-    of it (steps measured before on the same model, device and data are read again: ``measured.py``). Where
+    of it, or two steps measured before on the same model, device and data where they hold that batch closely
+    (``kept_pair``: a later answer reads the figures an earlier one showed, not a step measured again). Where
     the framework reads each kernel's scratch off the steps (TensorFlow's profiler), every replay
     holds it at its op from then on (``core.scratch``: a line in the batch for each op). What the allocator held
     beyond the replay is then the line through the two steps' peaks against the replay's step bytes (a fixed part
@@ -148,9 +149,10 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
     persistent = session.predictor.persistent_bytes
     plain = mode_fit(session, "", "", batch_size, capacity_bytes, limit) if limit is not None else None
     batch = max(1, min(batch_size, plain.largest_batch if plain is not None and plain.largest_batch else batch_size))
+    batch, low_batch = kept_pair(meter.kept_batches(), batch) or (batch, batch // 2)
     steps = [meter.measure(batch)]
-    if steps[0].step_bytes is not None and batch >= 2:
-        steps.append(meter.measure(batch // 2))
+    if steps[0].step_bytes is not None and low_batch >= 1:
+        steps.append(meter.measure(low_batch))
     scratch = {step.batch_size: step.scratch for step in steps if step.step_bytes is not None and step.scratch}
     words = ""
     if scratch:  # held at each op in every way's replay, LMS's too
@@ -165,8 +167,24 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
     measured, predicted = steps[0].step_bytes, predicted_at(batch)
     if measured is None:
         return Correction(batch, None, predicted, 1.0, meter.where)
-    low = (batch // 2, steps[1].step_bytes, predicted_at(batch // 2)) if len(steps) == 2 else None
+    low = (low_batch, steps[1].step_bytes, predicted_at(low_batch)) if len(steps) == 2 else None
     return Correction.through(batch, measured, predicted, meter.where, low, words)
+
+
+def kept_pair(kept: list[int], batch: int) -> tuple[int, int] | None:
+    """Two batch sizes measured before to correct by instead of ``batch`` and half of it, where they hold it closely:
+    the smallest at or above ``batch`` up to twice it (else the largest below it down to half), and the largest
+    at or below half of that. None where the steps kept do not hold ``batch`` so.
+
+    Example:
+        >>> kept_pair([4, 8], 5), kept_pair([2, 4], 8), kept_pair([4, 8], 3), kept_pair([8], 6)
+        ((8, 4), (4, 2), None, None)
+    """
+    above = [kept_batch for kept_batch in kept if batch <= kept_batch <= 2 * batch]
+    below = [kept_batch for kept_batch in kept if batch / 2 <= kept_batch < batch]
+    high = min(above) if above else max(below, default=None)
+    lows = [kept_batch for kept_batch in kept if high is not None and kept_batch <= high // 2]
+    return (high, max(lows)) if lows else None
 
 
 def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:

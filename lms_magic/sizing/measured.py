@@ -144,6 +144,15 @@ class StepMeter:
             _PLAIN_STEPS.setdefault(self.model, {})[plain_key] = found
         return found
 
+    def kept_batches(self) -> list[int]:
+        """The batch sizes whose plain steps were measured before in this process, on the same model, device and
+        data (out-of-memory steps are not kept)."""
+        wanted = self._plain_key(0)
+        if wanted is None:
+            return []
+        return sorted(key[2] for key in _PLAIN_STEPS.get(self.model, {})
+                      if key[:2] + key[3:] == wanted[:2] + wanted[3:])
+
     def _plain_key(self, batch_size: int) -> tuple | None:
         """What a plain step's peak rests on besides the model object: the device, the batch, the model's variables
         (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes; None

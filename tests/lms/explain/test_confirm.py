@@ -181,8 +181,8 @@ def test_a_fixed_part_is_drawn_only_where_the_two_steps_ratios_differ_beyond_the
 
 def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_is_measured_again(simulated):
     """A second explain_fit on the same model, device and data reads the plain steps the first measured (a step
-    measured again can hold another amount: the executor's order) and runs none; a model compiled again is
-    measured again."""
+    measured again can hold another amount: the executor's order) and runs none, at the same batch or at one those
+    steps hold closely; a model compiled again is measured again."""
     import keras
 
     from lms_magic import explain_fit
@@ -197,6 +197,10 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     fits.clear()
     second = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
     assert fits == [] and second.correction == first.correction, (fits, second)
+    other_batch = explain_fit(model, data, batch_size=6, capacity="1MiB", modes=("without LMS",))
+    assert fits == [], fits  # 8 and 4 hold 6: no new steps, the same figures
+    assert (other_batch.correction.ratio, other_batch.correction.fixed_bytes) == \
+        (first.correction.ratio, first.correction.fixed_bytes)
     model.compile(keras.optimizers.SGD(), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     explain_fit(model, data, batch_size=8, modes=("without LMS",))
     assert sorted(set(fits)) == [4, 8], fits

@@ -22,6 +22,7 @@ from ... import internals
 from .. import samples as _samples
 from ..core.plan import Plan
 from ..core.scratch import kernel_scratch
+from ..core.simulate import collector_paused
 from ..core.stats import LmsStats
 from ..core.summary import Words, summary_line
 from ..memo import PLANS, options_key
@@ -80,6 +81,7 @@ class TensorFlowBackend(FirstStepChecks):
         self._options_key = options_key(options)  # what of the options the remembered plan depends on
         self.batch_shapes = None  # the batch's (shape, dtype) leaves, as the first trace saw them
         self._state_built = False  # the model's state built before the first trace (train_function)
+        self._start_profile = None  # starts the checked step's profile: once traced, or before a call that runs
 
     # what the options say, read where the rewrite and the checks need them
     selection = property(lambda self: self.options.selection)
@@ -100,10 +102,15 @@ class TensorFlowBackend(FirstStepChecks):
         """``function`` with the model's metrics, loss and optimizer state built before its first call
         (``internals.build_before_trace``): built inside the first trace, the step would be traced twice."""
 
+        calls = []
+
         def call(iterator, *rest, **kwargs):
             if not self._state_built:
                 self._state_built = True
                 internals.build_before_trace(self.model, getattr(iterator, "element_spec", None))
+            if calls and self._start_profile is not None:  # traced before: the profile takes the whole call
+                self._start_profile()
+            calls.append(None)
             return function(iterator, *rest, **kwargs)
 
         return call
@@ -116,7 +123,10 @@ class TensorFlowBackend(FirstStepChecks):
             if self._graphs.wanted:  # the graphs TensorFlow instantiates in this step; off a GPU, its profile: the
                 # kernels' scratch (once) and, on the simulated device, what LMS's step held there (_measured_here)
                 self._profiled.clear()
-                stack.enter_context(_executed.step_profile_recorded(self._step_profiled, self.device))
+                # started once the step is traced (lms_train_step): the trace's events are not the step's
+                self._start_profile = stack.enter_context(
+                    _executed.step_profile_recorded(self._step_profiled, self.device, deferred=True))
+                stack.callback(setattr, self, "_start_profile", None)
                 stack.enter_context(tf_internals.collected_function_graphs(self._graphs.collected))
             if self._lean is not None:
                 stack.enter_context(self._lean.applied())
@@ -149,6 +159,8 @@ class TensorFlowBackend(FirstStepChecks):
                 state["done"] += 1
             if state["open"] == 0 and state["done"] == replicas:
                 self._rewrite(graph, state["start"], data)
+                if self._start_profile is not None:  # what follows is the step itself (and the graph's optimizing)
+                    self._start_profile()
             return logs
 
         return lms_train_step
@@ -172,6 +184,10 @@ class TensorFlowBackend(FirstStepChecks):
         return getattr(getattr(self.model, "optimizer", None), "name", None)
 
     def _rewrite(self, graph, start: int, data) -> None:
+        with collector_paused():  # the step's graph read into many small objects (core.simulate)
+            self._rewrite_paused(graph, start, data)
+
+    def _rewrite_paused(self, graph, start: int, data) -> None:
         started = time.perf_counter()
         ops = graph.get_operations()[start:]
         if self._retrace_swapped(graph, start, data) or self._reuse(graph, ops, data):

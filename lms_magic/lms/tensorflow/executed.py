@@ -22,16 +22,17 @@ __all__ = ["ExecutedGraphs", "ExecutedStep", "executed_peaks", "kernel_scratch_r
            "train_partitions"]
 
 
-def step_profile_recorded(recorded, device: str | None):
+def step_profile_recorded(recorded, device: str | None, deferred: bool = False):
     """A block (a train step) whose profile ``recorded`` gets (a ``core.scratch.StepProfile``:
-    ``internals.step_profiled``), where ``device`` is not a GPU (as ``kernel_scratch_recorded``)."""
+    ``internals.step_profiled``, which gives the block the profiler's start: ``deferred``, the block starts it),
+    where ``device`` is not a GPU (as ``kernel_scratch_recorded``); elsewhere the block gets None."""
     import contextlib
 
     from .internals import step_profiled
 
     if (device or "").upper().startswith("/GPU"):
         return contextlib.nullcontext()
-    return step_profiled(recorded)
+    return step_profiled(recorded, deferred)
 
 
 def kernel_scratch_recorded(recorded, device: str | None):
@@ -109,11 +110,12 @@ def _without_order(nodes: list[Node], ordered) -> list[Node]:
 
 def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
                    optimizer_scope: str | None, with_lms: bool = True,
-                   without_lms: bool = True) -> tuple[dict | None, dict | None, int]:
+                   without_lms: bool = True, executed: "ExecutedStep | None" = None) -> tuple[dict | None, dict | None, int]:
     """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
     order ``step.ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
     ``persistent``), and the count of unknown-size device nodes; ``with_lms`` / ``without_lms`` False: that
-    replay is not made (None in its place)."""
+    replay is not made (None in its place). ``executed``: the same partitions' :class:`ExecutedStep`, whose nodes
+    the replay with LMS reads rather than reading the partitions again."""
     suffix = device_suffix(device)
     brought_back = swapped_in(partitions, suffix)
 
@@ -132,12 +134,17 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
         if not (without_lms if undo else with_lms):
             explained.append(None)
             continue
-        nodes, unknown = nodes_from_partitions(partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
-                                                optimizer_after=step.optimizer_after, scratch_of=step.scratch_of,
-                                                itemsizes_of=output_itemsizes, elements_of=step.elements_of)
+        if executed is not None and not undo:
+            nodes, unknown = executed.nodes, executed.unknown
+        else:
+            nodes, unknown = nodes_from_partitions(
+                partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
+                optimizer_after=step.optimizer_after, scratch_of=step.scratch_of, itemsizes_of=output_itemsizes,
+                elements_of=step.elements_of)
         scratch_output.clear()
         scratch_output.update({node.name: len(node.outputs) - 1 for node in nodes if step.scratch_of(node.name)})
-        nodes = recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
+        if executed is None or undo:
+            nodes = recomputes_just_in_time(_without_order(nodes, step.ordered) if undo else nodes)
         unknown_count = unknown_count or len(unknown)
         result = replay(nodes, explain=True)
         explained.append(explain_peak(result, describe, persistent, phase_of(result.peak_after or "", optimizer_scope),
@@ -172,6 +179,7 @@ class ExecutedStep:
 
     def __init__(self, partitions, device: str, traced: TracedStep):
         suffix = device_suffix(device)
+        self.partitions = partitions
         self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
                                                           optimizer_after=traced.optimizer_after,
                                                           scratch_of=traced.scratch_of, itemsizes_of=output_itemsizes,

@@ -20,6 +20,7 @@ from ...units import format_size
 from ..backend import Action
 from ..core.costs import extra_copies_s
 from ..core.plan import BudgetError, Plan, Rule
+from ..core.simulate import collector_paused
 from ..memo import PLANS, RememberedPlan
 from . import compute as _compute
 from . import executed as _executed
@@ -76,6 +77,10 @@ class FirstStepChecks:
         """After the first LMS step (and the first after a retrace): the plan checked (``_check_first_step``), then
         against the allocator's ``measured_step_bytes`` where the callback read them (``_check_measured``) and,
         once it stands, remembered for later fits; where this fit reuses a plan, what that fit ended with."""
+        with collector_paused():  # the executed graphs read into many small objects (core.simulate)
+            return self._first_step_done(measured_step_bytes)
+
+    def _first_step_done(self, measured_step_bytes: int | None) -> Action:
         check = self.check
         if check.phase is Phase.REUSED:
             check.phase = Phase.PLANNED
@@ -179,7 +184,10 @@ class FirstStepChecks:
                 self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
                                         f"{error}): the first step's swaps stand")
             if probe and action is Action.KEEP:  # the probe's swaps stand: its own figures
-                with_lms = self.check.probe_peak or self._executed_peaks(partitions, without_lms=False)[0]
+                executed = self.executed if self.executed is not None and self.executed.partitions is partitions \
+                    else None
+                with_lms = self.check.probe_peak or self._executed_peaks(partitions, without_lms=False,
+                                                                         executed=executed)[0]
                 self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
         elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
                 self.check.may_retrace():  # a plan given by a count: its first step swapped it
@@ -195,9 +203,9 @@ class FirstStepChecks:
             self.stats.notes += notes
         return action
 
-    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
+    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True, executed=None):
         return _executed.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,
-                                       self._optimizer_scope(), with_lms, without_lms)
+                                       self._optimizer_scope(), with_lms, without_lms, executed)
 
     def _step_cost(self):
         """The step's StepCost (compute.step_cost); None, with a note where it failed, where it cannot be made."""
@@ -264,7 +272,7 @@ class FirstStepChecks:
         extra_s = extra_copies_s(cost, self.stats.swapped_bytes_per_step, plan.moved_bytes, left)
         if extra_s >= retrace_s:
             return None
-        self.check.probe_peak = self._executed_peaks(partitions, without_lms=False)[0]
+        self.check.probe_peak = self._executed_peaks(partitions, without_lms=False, executed=self.executed)[0]
         if self.check.probe_peak["bytes"] > (plan.budget_bytes if plan.budget_bytes is not None else plan.peak_bytes):
             return None
         return _messages.probe_kept(self.stats.swapped_tensors, len(plan.moved), extra_s, left, retrace_s)

@@ -161,12 +161,17 @@ def layer_tree(model) -> tuple[str, dict]:
 
 
 @contextlib.contextmanager
-def step_profiled(recorded: Callable) -> Iterator[None]:
+def step_profiled(recorded: Callable, deferred: bool = False) -> Iterator[Callable[[], None]]:
     """Calls ``recorded`` with what TensorFlow's profiler saw in the block (a train step): a
     ``core.scratch.StepProfile`` of the busiest allocator's events in time order (each allocation with the op that made it and its region:
     "output", "temp"...; each free; the bytes in use after each) and each op's run (its first start and last end).
     Where the profiler cannot run (another session is on, as a ``TensorBoard(profile_batch=...)`` holds one), the
     block runs and ``recorded`` is not called.
+
+    The block gets a function that starts the profiler where it has not started yet. ``deferred``: the profiler
+    starts only when the block calls it (once the step's trace has ended: a trace makes tens of thousands of
+    events that are not the step's, and the profiler's stop and reading cost in proportion), and where the block
+    never does, nothing is recorded.
 
     The events are read from the profile the public ``tf.profiler.experimental`` writes, with the profiler's
     ``XSpace`` message (a TensorFlow proto outside its public API).
@@ -177,23 +182,31 @@ def step_profiled(recorded: Callable) -> Iterator[None]:
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="lms_profile_") as folder:
+        running: list[bool] = []  # once start() is called: whether the profiler started
+
+        def start() -> None:
+            if not running:
+                running.append(_profiler_started(folder))
+
+        if not deferred:
+            start()
         try:
-            tf.profiler.experimental.start(folder)
-        except Exception:  # another profiler session, or none in this build
-            yield
-            return
-        try:
-            yield
+            yield start
         finally:
-            tf.profiler.experimental.stop()
+            if running == [True]:
+                tf.profiler.experimental.stop()
+        if running != [True]:
+            return
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         from ..core.scratch import StepProfile
+        from ..core.simulate import collector_paused
 
         events, runs = [], {}
-        for path in glob.glob(f"{folder}/plugins/profile/*/*.xplane.pb"):
-            with open(path, "rb") as file:
-                _read_space(xplane_pb2.XSpace.FromString(file.read()), events, runs)
+        with collector_paused():  # tens of thousands of events, read into small objects
+            for path in glob.glob(f"{folder}/plugins/profile/*/*.xplane.pb"):
+                with open(path, "rb") as file:
+                    _read_space(xplane_pb2.XSpace.FromString(file.read()), events, runs)
         allocators: dict = {}
         for _, allocator, event in events:
             if not event.freed:
@@ -203,6 +216,18 @@ def step_profiled(recorded: Callable) -> Iterator[None]:
         recorded(StepProfile([event for _, allocator, event in sorted(events, key=lambda found: found[0])
                               if allocator == busiest or event.freed and not allocator and event.address in ours],
                              runs))
+
+
+def _profiler_started(folder: str) -> bool:
+    """Whether TensorFlow's profiler started, to write into ``folder`` (not where another session is on, or the
+    build has none)."""
+    import tensorflow as tf
+
+    try:
+        tf.profiler.experimental.start(folder)
+    except Exception:
+        return False
+    return True
 
 
 def _read_space(space, events: list, runs: dict) -> None:

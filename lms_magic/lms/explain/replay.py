@@ -119,6 +119,9 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                 peak_bytes = _corrected(session, peak_bytes, correction)
                 fits = None if limit is None else peak_bytes <= limit
                 frontier.append(FrontierPoint(size, name, peak_bytes, step_ratio, fits))
+        if correction is not None and correction.measured_bytes is not None:  # the headline says what the rows do
+            plain_bytes = _corrected(session, session.predictor.plain_peak_bytes(batch_size), correction)
+            source = f"{source}, " * bool(source) + "as the plain steps measured below correct it"
         return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
                               session.predictor.caveat, plain_bytes, source, plain_usable, correction,
                               "" if loop is None else loop.unmeasured)

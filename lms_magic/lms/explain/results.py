@@ -140,7 +140,7 @@ class FitExplanation:
     speed_target: float = 0.9  # the share of a plain step's speed that "at speed" asks for
     caveat: str = ""  # what the backend's prediction leaves out, where that matters to the answers
     # the peak without LMS where it is not the replay's (peak["bytes"]): its figure and source ("XLA's compiled
-    # figure" on JAX)
+    # figure" on JAX; the replay corrected by measured steps, ``correction``)
     plain_peak_bytes: int | None = None
     plain_peak_source: str = ""
     plain_usable_bytes: int | None = None  # what the step without LMS may fill, where not usable_bytes

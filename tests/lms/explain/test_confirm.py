@@ -186,6 +186,7 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     import keras
 
     from lms_magic import explain_fit
+    from lms_magic.units import format_size
     from tests.models import images, reference_cnn_small
 
     model, data = reference_cnn_small(), images(32, 32)
@@ -194,6 +195,9 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
     first = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
     assert sorted(set(fits)) == [4, 8], fits  # the batch asked and half of it, measured
+    headline = str(first).splitlines()[0]  # the figure the rows below it give, said to be corrected
+    assert f"needs {format_size(first.modes[0].peak_bytes)} at its peak without LMS (as the plain steps measured " \
+           f"below correct it; {format_size(first.peak['bytes'])} in the replay" in headline, headline
     fits.clear()
     second = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
     assert fits == [] and second.correction == first.correction, (fits, second)

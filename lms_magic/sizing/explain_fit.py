@@ -54,9 +54,10 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         confirm: run real steps on the device (``measured.py``): True measures a plain step at a batch predicted
             to fit, corrects every way's figures by what the allocator held beyond the graph's tensors, and
             confirms each way's largest batch by steps at it (backing off where a step does not fit); None (the
-            default) does the same where the device is a real GPU, and only the correcting step on
-            ``simulate_accelerator``'s device; False runs nothing. The model, its optimizer, metrics and the
-            random state end as they were.
+            default) does the same where the device is a real GPU, and on ``simulate_accelerator``'s device for
+            the way without LMS (the ways with LMS cannot be measured there: their figures stay corrected
+            predictions); False runs nothing. The model, its optimizer, metrics and the random state end as
+            they were.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:
@@ -94,7 +95,8 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
 
 class _ClosedLoop:
     """``explained``'s loop: a plain step measured on the device corrects the figures (``correct``); steps confirm
-    each way's largest batch (``confirm``) where asked (``confirm``: True, or None on a real GPU)."""
+    each way's largest batch (``confirm``) where asked (``confirm``: True; None: where the way's steps can be
+    measured, every way on a real GPU, the plain way on the simulated device)."""
 
     def __init__(self, meter, unmeasured: str, confirm: bool | None):
         self.meter, self.unmeasured, self.asked = meter, unmeasured, confirm
@@ -104,7 +106,9 @@ class _ClosedLoop:
 
     def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> ModeFit:
         meter = self.meter
-        if meter is None or not (self.asked or (self.asked is None and meter.on_gpu)):
+        # by default every way where its steps can be measured: on the simulated device, the plain way
+        measured_here = meter is not None and (meter.on_gpu or not found.magic)
+        if meter is None or not (self.asked or (self.asked is None and measured_here)):
             return found
         if found.magic and not meter.measures_lms:
             return replace(found, note=NOT_MEASURABLE)

@@ -194,7 +194,8 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     fit = model.fit
     model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
     first = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
-    assert sorted(set(fits)) == [4, 8], fits  # the batch asked and half of it, measured
+    # the batch asked and half of it, measured; the largest plain batch confirmed (1 does not fit 1 MiB)
+    assert sorted(set(fits)) == [1, 4, 8], fits
     headline = str(first).splitlines()[0]  # the figure the rows below it give, said to be corrected
     assert f"needs {format_size(first.modes[0].peak_bytes)} at its peak without LMS (as the plain steps measured " \
            f"below correct it; {format_size(first.peak['bytes'])} in the replay" in headline, headline
@@ -206,5 +207,24 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     assert (other_batch.correction.ratio, other_batch.correction.fixed_bytes) == \
         (first.correction.ratio, first.correction.fixed_bytes)
     model.compile(keras.optimizers.SGD(), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    explain_fit(model, data, batch_size=8, modes=("without LMS",))
-    assert sorted(set(fits)) == [4, 8], fits
+    explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
+    assert sorted(set(fits)) == [1, 4, 8], fits
+
+
+def test_explain_fit_and_largest_batch_tell_one_story_on_the_simulated_device(simulated):
+    """By default explain_fit confirms the largest plain batch by steps on the simulated device, as on a GPU, and
+    largest_batch (what `%%lms_fit --batch-size max` runs) then reads the same steps: the same batch, no step
+    measured again."""
+    from lms_magic import explain_fit, largest_batch
+    from tests.models import images, reference_cnn_small
+
+    model, data = reference_cnn_small(), images(64, 32)
+    explained = explain_fit(model, data, batch_size=64, modes=("without LMS", "LMS"))
+    confirmed = explained.modes[0].confirmed
+    assert confirmed is not None and confirmed.exact and confirmed.batch_size > 0, explained
+    assert f"confirmed by a step at {confirmed.batch_size}" in str(explained)
+    fits = []
+    fit = model.fit
+    model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
+    chosen = largest_batch(model, data, batch_size=64)
+    assert chosen.explanation.modes[0].confirmed.batch_size == confirmed.batch_size and fits == [], (chosen, fits)

@@ -8,6 +8,7 @@ an op belongs to).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..core.order import JOIN_SCOPE
@@ -97,6 +98,7 @@ def grappler_origins(name: str) -> list[str]:
     return found
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked tens of thousands of times a first step, of fewer names
 def op_name_in_step(name: str) -> str:
     """An op's name inside the train step: without the function-call scopes TensorFlow puts before an
     executed op, nor a replica's scope.

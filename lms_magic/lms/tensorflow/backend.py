@@ -102,15 +102,16 @@ class TensorFlowBackend(FirstStepChecks):
         """``function`` with the model's metrics, loss and optimizer state built before its first call
         (``internals.build_before_trace``): built inside the first trace, the step would be traced twice."""
 
-        calls = []
+        called = False
 
         def call(iterator, *rest, **kwargs):
+            nonlocal called
             if not self._state_built:
                 self._state_built = True
                 internals.build_before_trace(self.model, getattr(iterator, "element_spec", None))
-            if calls and self._start_profile is not None:  # traced before: the profile takes the whole call
+            if called and self._start_profile is not None:  # traced before: the profile takes the whole call
                 self._start_profile()
-            calls.append(None)
+            called = True
             return function(iterator, *rest, **kwargs)
 
         return call

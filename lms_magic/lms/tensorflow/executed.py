@@ -109,8 +109,8 @@ def _without_order(nodes: list[Node], ordered) -> list[Node]:
 
 
 def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[LiveTensor], layer_of,
-                   optimizer_scope: str | None, with_lms: bool = True,
-                   without_lms: bool = True, executed: "ExecutedStep | None" = None) -> tuple[dict | None, dict | None, int]:
+                   optimizer_scope: str | None, with_lms: bool = True, without_lms: bool = True,
+                   executed: "ExecutedStep | None" = None) -> tuple[dict | None, dict | None, int]:
     """The executed partitions replayed with LMS and without (its swaps and recomputes undone, and the backward
     order ``step.ordered`` where one was inserted), each explained (peak.explain_peak: its ``bytes`` include
     ``persistent``), and the count of unknown-size device nodes; ``with_lms`` / ``without_lms`` False: that

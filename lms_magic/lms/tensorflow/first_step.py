@@ -184,10 +184,7 @@ class FirstStepChecks:
                 self.stats.notes.append(f"the plan was not made on the executed graphs ({type(error).__name__}: "
                                         f"{error}): the first step's swaps stand")
             if probe and action is Action.KEEP:  # the probe's swaps stand: its own figures
-                executed = self.executed if self.executed is not None and self.executed.partitions is partitions \
-                    else None
-                with_lms = self.check.probe_peak or self._executed_peaks(partitions, without_lms=False,
-                                                                         executed=executed)[0]
+                with_lms = self.check.probe_peak or self._executed_peaks(partitions, without_lms=False)[0]
                 self.stats.update(device_peak_bytes=with_lms["bytes"], peak=with_lms)
         elif self._hybrid is not None and self.stats.swapped_tensors + self.stats.recomputed_tensors and \
                 self.check.may_retrace():  # a plan given by a count: its first step swapped it
@@ -203,7 +200,9 @@ class FirstStepChecks:
             self.stats.notes += notes
         return action
 
-    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True, executed=None):
+    def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
+        """``executed.executed_peaks`` of ``partitions``, reading the probe's ExecutedStep where it holds them."""
+        executed = self.executed if self.executed is not None and self.executed.partitions is partitions else None
         return _executed.executed_peaks(partitions, self.device, self.step, self._persistent(), self._layer_of,
                                        self._optimizer_scope(), with_lms, without_lms, executed)
 
@@ -272,7 +271,7 @@ class FirstStepChecks:
         extra_s = extra_copies_s(cost, self.stats.swapped_bytes_per_step, plan.moved_bytes, left)
         if extra_s >= retrace_s:
             return None
-        self.check.probe_peak = self._executed_peaks(partitions, without_lms=False, executed=self.executed)[0]
+        self.check.probe_peak = self._executed_peaks(partitions, without_lms=False)[0]
         if self.check.probe_peak["bytes"] > (plan.budget_bytes if plan.budget_bytes is not None else plan.peak_bytes):
             return None
         return _messages.probe_kept(self.stats.swapped_tensors, len(plan.moved), extra_s, left, retrace_s)

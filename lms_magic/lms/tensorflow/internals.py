@@ -182,20 +182,21 @@ def step_profiled(recorded: Callable, deferred: bool = False) -> Iterator[Callab
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="lms_profile_") as folder:
-        running: list[bool] = []  # once start() is called: whether the profiler started
+        running = None  # once start() is called: whether the profiler started
 
         def start() -> None:
-            if not running:
-                running.append(_profiler_started(folder))
+            nonlocal running
+            if running is None:
+                running = _profiler_started(folder)
 
         if not deferred:
             start()
         try:
             yield start
         finally:
-            if running == [True]:
+            if running:
                 tf.profiler.experimental.stop()
-        if running != [True]:
+        if not running:
             return
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 

@@ -21,8 +21,8 @@ from ..lms.explain.largest import MeasuredStep
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
 
-# Plain steps measured in this process, by model: every later answer on the same model, device and data reads
-# them rather than measuring again (a step's peak can differ between two measurements of one batch: the executor
+# Plain steps measured in this process, by model, then by what they rest on (``_plain_key``), then by batch size:
+# every later answer on the same model, device and data reads them rather than measuring again (a step's peak can differ between two measurements of one batch: the executor
 # may run the backward pass in another order).
 _PLAIN_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -117,8 +117,8 @@ class StepMeter:
         key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
         if key in self._known:
             return self._known[key]
-        plain_key = None if with_lms else self._plain_key(batch_size)
-        remembered = None if plain_key is None else _PLAIN_STEPS.get(self.model, {}).get(plain_key)
+        kept = None if with_lms else self._kept()
+        remembered = None if kept is None else kept.get(batch_size)
         if remembered is not None:
             self._known[key] = remembered
             return remembered
@@ -140,21 +140,22 @@ class StepMeter:
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
                                  scratch=scratch[0] if scratch else None)
         self._known[key] = found
-        if plain_key is not None and not found.out_of_memory:  # an out-of-memory step is tried again later
-            _PLAIN_STEPS.setdefault(self.model, {})[plain_key] = found
+        if kept is not None and not found.out_of_memory:  # an out-of-memory step is tried again later
+            kept[batch_size] = found
         return found
 
     def kept_batches(self) -> list[int]:
         """The batch sizes whose plain steps were measured before in this process, on the same model, device and
         data (out-of-memory steps are not kept)."""
-        wanted = self._plain_key(0)
-        if wanted is None:
-            return []
-        return sorted(key[2] for key in _PLAIN_STEPS.get(self.model, {})
-                      if key[:2] + key[3:] == wanted[:2] + wanted[3:])
+        return sorted(self._kept() or ())
 
-    def _plain_key(self, batch_size: int) -> tuple | None:
-        """What a plain step's peak rests on besides the model object: the device, the batch, the model's variables
+    def _kept(self) -> dict | None:
+        """This model's plain steps kept for this device and data, by batch size; None where they are not kept."""
+        key = self._plain_key()
+        return None if key is None else _PLAIN_STEPS.setdefault(self.model, {}).setdefault(key, {})
+
+    def _plain_key(self) -> tuple | None:
+        """What a plain step's peak rests on besides the model object and the batch: the device, the model's variables
         (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes; None
         where the data are not arrays (a dataset read again may yield other batches: measured each time)."""
         samples = _samples_signature(self.data)
@@ -165,7 +166,7 @@ class StepMeter:
         flags = (id(getattr(model, "optimizer", None)), str(getattr(model, "dtype_policy", "")),
                  getattr(model, "jit_compile", None), getattr(model, "run_eagerly", None))
         meter = type(self.counter).__qualname__
-        return meter, self.device, batch_size, variables, flags, samples
+        return meter, self.device, variables, flags, samples
 
     def _run(self, batch_size: int, lms: list, peaks, steps: int):
         """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:

@@ -209,7 +209,8 @@ class LmsFitResult:
             return self._nothing_moved_headline(lms, plain, label, with_lms)
         parts = []
         if with_lms is not None and without is not None:
-            source = ", without LMS by replay" if label.startswith("predicted") else ""
+            how = "measured" if stats.get("without_lms_measured") else "by replay"
+            source = f", without LMS {how}" if label.startswith("predicted") else ""
             parts.append(f"{label} {_change(with_lms, without)} ({format_size(without)} -> "
                          f"{format_size(with_lms)}{source})")
         elif with_lms is not None:
@@ -230,7 +231,8 @@ class LmsFitResult:
             parts.insert(0, "without LMS: out of memory; with LMS it trained")
         elif budget and without is not None and with_lms is not None and without > budget >= with_lms:
             what = "the device" if str(stats.get("plan_rule")) == "fits the device" else "the budget"
-            parts.insert(0, f"without LMS the step would not fit {what} ({format_size(without)} predicted, "
+            how = "measured" if stats.get("without_lms_measured") else "predicted"
+            parts.insert(0, f"without LMS the step would not fit {what} ({format_size(without)} {how}, "
                             f"above the {format_size(budget)} LMS plans to fill); with LMS it fits")
         if plain is not None and plain.status == "ok":
             if plain.time_per_step_s and lms.time_per_step_s:

@@ -18,6 +18,7 @@ from .. import internals
 from ..versions import check_versions
 from .backend import Action, Backend, BackendFactory
 from .core.stats import LmsStats
+from .devices import is_simulated
 from .framework import framework as chosen_framework
 from .options import LmsOptions
 from .train_function import LmsTrainFunction
@@ -132,6 +133,8 @@ class LMS(keras.callbacks.Callback):
         # found at the fit's start where this is None; tests give a fake)
         self.allocator = None
         self._counter, self._held_before = None, 0
+        self._step_peak_bytes = 0  # the counter's peak read as the checked step returned
+        self._shares_host = False  # the counter is the simulated device's, which the host shares
         self._checking = False  # a step whose plan is checked has begun, and is not acted on yet
         self._planning_since: float | None = None  # when the first step whose plan is checked began
         self._steps_begun = 0  # this fit's steps so far
@@ -200,7 +203,8 @@ class LMS(keras.callbacks.Callback):
             self.stats.reason = "n_tensors=0: LMS is off"
             return
         self._backend = make(self._keras_model, options, self.stats)
-        self._counter = self.allocator if self.allocator is not None else _gpu_allocator(options.device)
+        self._counter = self.allocator if self.allocator is not None else _step_allocator(options.device)
+        self._shares_host = self.allocator is None and is_simulated(options.device)
         self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)
 
     # No on_train_batch_end: a callback with one keeps Keras from dispatching batch ends asynchronously (JAX,
@@ -218,7 +222,7 @@ class LMS(keras.callbacks.Callback):
                     self._planning_since = time.perf_counter()
                 if self._counter is not None:  # a step whose plan is checked: measured
                     self._counter.reset()
-                    self._held_before = self._counter.read()[0]
+                    self._held_before, self._step_peak_bytes = self._counter.read()[0], 0
 
     def on_epoch_end(self, epoch, logs=None):
         if self._checking:
@@ -229,7 +233,10 @@ class LMS(keras.callbacks.Callback):
         self._checking = False
         if self._function is None or not self._summary_due:
             return
-        measured = None if self._counter is None else max(0, self._counter.read()[1] - self._held_before)
+        counter = self._counter
+        # the simulated device shares its allocator with the host: its reading is the device's where nothing swapped
+        unread = counter is None or self._shares_host and self.stats.swapped_tensors
+        measured = None if unread else max(0, max(counter.read()[1], self._step_peak_bytes) - self._held_before)
         steps = (self.params or {}).get("steps")
         self.stats.update(steps_left=steps * (self.params.get("epochs") or 1) - self._steps_begun if steps else None,
                           checked_step_s=None if self._planning_since is None
@@ -307,6 +314,8 @@ class LMS(keras.callbacks.Callback):
             with internals.train_step_replaced(self._keras_model, self._lms_step, self._jit_off), self._backend.step_scope():
                 self.stats.steps += 1
                 yield
+            if self._checking and self._counter is not None:  # read at once too: a callback before this one in
+                self._step_peak_bytes = self._counter.read()[1]  # the list may reset the peak at the next batch
         except BaseException as error:
             shapes = getattr(self._backend, "batch_shapes", None)
             self._restore()
@@ -351,11 +360,13 @@ class LMS(keras.callbacks.Callback):
             backend.close()
 
 
-def _gpu_allocator(device: str | None):
-    """The allocator counter of ``device`` where it is a GPU whose framework lets its peak be reset; else None
-    (``simulate_accelerator``'s device shares TensorFlow's one CPU allocator with the host, so its figures would
-    count what LMS moved there)."""
-    if device is None or not device.upper().lstrip("/").startswith(("GPU", "CUDA")):
+def _step_allocator(device: str | None):
+    """The allocator counter of ``device`` where it is a GPU whose framework lets its peak be reset, or the one
+    accelerator ``simulate_accelerator`` made (it shares TensorFlow's CPU allocator with the host, so a step that
+    swapped is not read from it: ``first_step._measured_here`` takes the host's share out of that step's
+    profile); else None."""
+    simulated = is_simulated(device) and not is_simulated("/CPU:1")  # several would share one allocator
+    if device is None or not (simulated or device.upper().lstrip("/").startswith(("GPU", "CUDA"))):
         return None
     from ..memory.frameworks import resettable_counter
 

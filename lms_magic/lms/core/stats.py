@@ -48,7 +48,10 @@ class LmsStats:
     lean_layers: int = 0  # layers whose gradient lean_ops computes in one piece (TensorFlow's BatchNormalization)
     ordered_layers: int = 0  # layers whose gradients run one at a time (order_backward; TensorFlow)
     device_peak_bytes: int | None = None  # with LMS; predicted or measured, as peak_source says
-    device_peak_bytes_without_lms: int | None = None  # predicted (TensorFlow); None where not known
+    device_peak_bytes_without_lms: int | None = None  # predicted (TensorFlow), or measured: without_lms_measured
+    # device_peak_bytes_without_lms is the device's allocator's reading of a step at this batch that moved nothing
+    # (the model's own step: LMS's first step where the traced plan fits), not a replay
+    without_lms_measured: bool = False
     peak_source: Literal["predicted", "measured"] | None = None
     prediction_source: str | None = None  # what the peak comes from: "executed partition graphs", ...
     lb_counts: Literal["backward ops", "layers"] = "backward ops"

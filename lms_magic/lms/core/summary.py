@@ -70,9 +70,17 @@ def summary_line(stats: LmsStats, words: Words) -> str:
     if several:  # a distribution strategy's replicas: the same plan on each, the figures each one's
         what += f" on each of {len(several)} devices ({', '.join(several)})"
     peak, without = stats.device_peak_bytes, stats.device_peak_bytes_without_lms
-    peaks = (f"predicted {'per-device' if several else words.device} peak {peak / MIB:.1f} MiB with LMS, "
-             + (f"{without / MIB:.1f} MiB without" if without is not None else "not predicted without")
-             + f" ({stats.prediction_source})" if peak is not None else "no device peak predicted")
+    device = "per-device" if several else words.device
+    if peak is not None and stats.without_lms_measured and stats.peak_source == "measured":  # nothing moved
+        peaks = f"measured {device} peak {peak / MIB:.1f} MiB (its allocator, in a step that moved nothing)"
+    elif peak is not None:
+        peaks = (f"predicted {device} peak {peak / MIB:.1f} MiB with LMS"
+                 + (f" ({stats.prediction_source}), {without / MIB:.1f} MiB without as measured (its allocator, in a "
+                    "step that moved nothing)" if stats.without_lms_measured else
+                    f", {without / MIB:.1f} MiB without ({stats.prediction_source})" if without is not None else
+                    f", not predicted without ({stats.prediction_source})"))
+    else:
+        peaks = "no device peak predicted"
     ratio = stats.predicted_step_ratio if swapped or not recomputed else None
     return (f"{words.label}: {what}; {peaks}"
             + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")

@@ -127,10 +127,21 @@ class FirstStepChecks:
         """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``):
         where more than the plan was allowed, planned once more from a step that swaps every eligible tensor."""
         note = self.planner.measured(step_bytes, self._plan)
+        stats = self.stats
+        if self._ran_own_step():  # the device's own reading of the step without LMS, at this batch
+            stats.update(device_peak_bytes_without_lms=stats.measured_step_peak_bytes, without_lms_measured=True)
+            if note is None:
+                stats.update(device_peak_bytes=stats.measured_step_peak_bytes, peak_source="measured")
         if note is None:
             return Action.KEEP
         self.check.replanning()
         return self._retrace(self._eligible_names(), probing=True, note=note)
+
+    def _ran_own_step(self) -> bool:
+        """Whether the step that ran is the model's own: nothing swapped or recomputed, no gradient made lean or
+        ordered one layer at a time."""
+        stats = self.stats
+        return not (stats.swapped_tensors or stats.recomputed_tensors or stats.lean_layers or stats.ordered_layers)
 
     def _eligible_names(self) -> list[str]:
         return [c.tensor for c in self.selection.eligible(item.candidate for item in self.candidates)]
@@ -168,7 +179,9 @@ class FirstStepChecks:
             self.stats.notes.append(f"prediction from the traced graph only: the executed graph could not be "
                                     f"replayed ({type(error).__name__}: {error})")
             return Action.KEEP
-        self.stats.update({"device_peak_bytes_without_lms": without_lms["bytes"], "peak_without_lms": without_lms,
+        if not self.stats.without_lms_measured:  # a plain step measured at this batch stands over any replay
+            self.stats.update(device_peak_bytes_without_lms=without_lms["bytes"])
+        self.stats.update({"peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs" + (
                                ", without XLA" if internals.jit_compile_requested(self.model) else ""),
                            "unknown_size_nodes": unknown})
@@ -304,7 +317,8 @@ class FirstStepChecks:
         stats.notes = [n for n in stats.notes if n != self.jit_note] + [note]
         stats.update(swapped_tensors=0, swapped_bytes_per_step=0, recomputed_tensors=0, recomputed_bytes_per_step=0,
                      lean_layers=0, ordered_layers=0, plan=[], records=[],
-                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms)
+                     device_peak_bytes=stats.device_peak_bytes_without_lms, peak=stats.peak_without_lms,
+                     peak_source="measured" if stats.without_lms_measured else stats.peak_source)
         return Action.KEEP if own else Action.STEP_OUT
 
     def _fits_with_room_kept(self) -> Action:

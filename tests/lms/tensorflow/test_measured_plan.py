@@ -97,3 +97,30 @@ def test_on_the_simulated_device_the_first_step_is_measured_less_what_the_host_h
         (measured, shared.step_bytes, plain.step_bytes)
     # at least what the replay of the plan says the device holds (the allocator rounds each buffer up)
     assert measured >= 0.9 * (stats.predicted_step_peak_bytes - stats.persistent_bytes)
+
+
+def test_on_the_simulated_device_a_first_step_that_moved_nothing_gives_the_figure_without_lms(devices,
+                                                                                               accelerator_memory):
+    """Where the traced step fits the simulated device with room, LMS's first step moves nothing: it is the model's
+    own step, so the allocator's reading of it is the figure without LMS (as a GPU's would be), said as measured,
+    and it holds what a plain fit's steps hold, where the replay alone would not say so. A reading reset by a
+    callback before LMS's in the list (this test's own) is still the step's."""
+    from lms_magic.memory.frameworks import resettable_counter
+    from lms_magic.sizing.measured import StepPeaks
+
+    accelerator_memory("256MiB")
+    x, y = models.images(32, 32)
+    plain = StepPeaks(resettable_counter(devices.accelerator), skip=1)
+    models.reference_cnn_small().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False, callbacks=[plain])
+    callback = LMS(device=devices.accelerator, host_device=devices.host, verbose=0)
+    first = StepPeaks(resettable_counter(devices.accelerator))  # resets the peak before LMS reads it
+    models.reference_cnn_small().fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False,
+                                     callbacks=[first, callback])
+    stats = callback.stats
+    assert stats.swapped_tensors == 0 and stats.without_lms_measured and stats.peak_source == "measured"
+    assert stats.device_peak_bytes == stats.device_peak_bytes_without_lms == stats.measured_step_peak_bytes
+    step = stats.device_peak_bytes_without_lms - stats.persistent_bytes
+    assert 0.9 * min(plain.step_bytes) <= step <= 1.1 * max(plain.step_bytes), (step, plain.step_bytes)
+    predicted = stats.traced_device_peaks[1] - stats.persistent_bytes
+    assert "measured /CPU:0 peak" in callback.summary() and "in a step that moved nothing" in callback.summary()
+    print(f"plain steps {plain.step_bytes}, LMS's first step {step}, the traced replay's {predicted}")

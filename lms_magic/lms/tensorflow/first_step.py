@@ -20,11 +20,13 @@ from ...units import format_size
 from ..backend import Action
 from ..core.costs import extra_copies_s
 from ..core.plan import BudgetError, Plan, Rule
+from ..core.scratch import chunk_excess
 from ..core.simulate import collector_paused
 from ..memo import PLANS, RememberedPlan
 from . import compute as _compute
 from . import executed as _executed
 from . import messages as _messages
+from .graph import op_name_in_step
 
 RETRACES_PER_PLAN = 2  # the retraces a plan may take (as many more after a measured step re-plans)
 
@@ -166,6 +168,8 @@ class FirstStepChecks:
             over = unmoved and self.stats.active and self._over_budget(unmoved["device_peak_bytes"], "the traced graph")
             return Action.RETRACE if over else Action.KEEP
         self.stats.partition_graphs = partitions
+        if self._profiled:  # off a GPU: each output held at the allocator's chunk as this step's profile read it
+            self.step.with_chunks(chunk_excess(self._profiled[-1].events, op_name_in_step))
         if self.recompute == "only":  # the traced figures stand: closer to the measured (docs/measurements.md)
             if not self.stats.recomputed_tensors and self._plan is not None and self._plan.budget_bytes is not None:
                 return self._step_out(_messages.why_nothing(self._plan))

@@ -244,7 +244,7 @@ def _read_space(space, events: list, runs: dict) -> None:
                     if ":" in value.name and "::" not in value.name}
         ids = {value.name: key for key, value in plane.stat_metadata.items()}
         wanted = {ids.get(name): name for name in ("tf_op", "region_type", "allocation_bytes", "addr",
-                                                   "bytes_allocated", "allocator_name")}
+                                                   "bytes_allocated", "allocator_name", "requested_bytes")}
         names = plane.stat_metadata
         for line in plane.lines:
             start_ps = line.timestamp_ns * 1000
@@ -267,4 +267,4 @@ def _read_space(space, events: list, runs: dict) -> None:
                 events.append((time_ps, read.get("allocator_name", ""), Allocation(
                     "" if freed else str(read.get("tf_op", "")), "" if freed else str(read.get("region_type", "")),
                     int(read.get("allocation_bytes", 0) or 0), int(read.get("addr", 0) or 0), freed, time_ps,
-                    int(read.get("bytes_allocated", 0) or 0))))
+                    int(read.get("bytes_allocated", 0) or 0), int(read.get("requested_bytes", 0) or 0))))

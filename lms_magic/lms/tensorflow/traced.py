@@ -104,6 +104,7 @@ class TracedStep:
         self.scratch = scratch  # each kernel's scratch as measured (core.scratch.KernelScratch), or None
         self._scratch_ops: dict[str, list[str]] | None = None  # traced op -> the measured ops it is (with_scratch)
         self._scratch_at: tuple | None = None  # (batch, the measured scratch there by op), for scratch_of
+        self._chunks: tuple | None = None  # (batch, traced op -> its outputs' chunk excess there): with_chunks
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
         """The same ops sized at another ``batch_size`` (a :class:`~.rescale.Rescaled`): the ops' names, order and
@@ -120,6 +121,28 @@ class TracedStep:
         nodes are made again)."""
         self.scratch, self._scratch_ops, self._scratch_at = scratch, None, None
         self._nodes = self._indexed = self._join_priority = None
+
+    def with_chunks(self, excess: dict[str, int]) -> None:
+        """What each op's outputs held beyond their bytes in a measured step at this step's batch (the allocator's
+        chunks: ``core.scratch.chunk_excess``, by op as named in the step), added to the op's largest output in this
+        step's replays at that batch; a measured op the trace does not hold is left out."""
+        found: dict[str, int] = {}
+        for measured, nbytes in excess.items():
+            op = self._lookup(measured)
+            if op is not None:
+                found[op.name] = found.get(op.name, 0) + nbytes
+        self._chunks = (getattr(self.batch_size, "to", self.batch_size), found) if found else None
+        self._nodes = self._indexed = self._join_priority = None
+
+    def _chunk_of(self, op, index: int) -> int:
+        """The chunk excess measured at output ``index`` of traced ``op`` (its largest output) at this batch."""
+        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
+            return 0
+        extra = self._chunks[1].get(op.name, 0)
+        if not extra:
+            return 0
+        sizes = [self._tensor_bytes(tensor) or 0 for tensor in op.outputs]
+        return extra if sizes and index == sizes.index(max(sizes)) else 0
 
     def _scratch_by_op(self) -> dict[str, int]:
         """The measured scratch at this step's batch, by traced op (a measured op found by its name less leading
@@ -178,6 +201,9 @@ class TracedStep:
                        bytes_of(known.get(name) or dims_sized(name, dims, self.batch_size), itemsize) or 0
                        for name, dims, itemsize in outputs)
                  for free, outputs in (self._sized_from or self)._output_table()]
+        if self._chunks is not None:  # the allocator's chunks, as measured
+            sizes = [tuple(nbytes + self._chunk_of(op, index) for index, nbytes in enumerate(sizes[position]))
+                     if op.name in self._chunks[1] else sizes[position] for position, op in enumerate(self.ops)]
         if scratch:  # each kernel's scratch: one more output, read by no op
             sizes = [sizes[index] + (scratch[op.name],) if op.name in scratch else sizes[index]
                      for index, op in enumerate(self.ops)]
@@ -297,7 +323,8 @@ class TracedStep:
             return None
         if index >= len(op.outputs):
             return 0  # an output that a fusion added (a bias gradient): small
-        return self._tensor_bytes(op.outputs[index])
+        nbytes = self._tensor_bytes(op.outputs[index])
+        return nbytes + self._chunk_of(op, index) if nbytes is not None else None
 
     def _tensor_bytes(self, tensor) -> int | None:
         """A traced tensor's bytes at this step's batch (its dimensions as inferred there, else sized by rule)."""

@@ -124,3 +124,31 @@ def test_on_the_simulated_device_a_first_step_that_moved_nothing_gives_the_figur
     predicted = stats.traced_device_peaks[1] - stats.persistent_bytes
     assert "measured /CPU:0 peak" in callback.summary() and "in a step that moved nothing" in callback.summary()
     print(f"plain steps {plain.step_bytes}, LMS's first step {step}, the traced replay's {predicted}")
+
+
+def test_an_output_the_allocator_gave_a_larger_chunk_holds_it_in_lmss_figures(lms_options, monkeypatch):
+    """A BFC allocator hands a whole free chunk where the request is over half of it, and the tensor holds the
+    chunk while it lives (issue 60's Llama: 32 MiB of logits in a 55-63 MiB chunk). LMS reads each output's chunk
+    from its first step's profile and holds it in the executed graphs' replay. Here the profile's reading is made
+    to give the step's largest output 8 MiB more than it asked for: LMS's figure without LMS rises by those 8 MiB
+    (the output is live at the peak), and by nothing where the reading finds none."""
+    from lms_magic.lms.tensorflow import first_step
+
+    MiB = 2**20
+    largest = []
+
+    def excess(extra):
+        def read(events, op_name):
+            outputs = [event for event in events if not event.freed and event.region == "output" and event.op]
+            largest.append(op_name(max(outputs, key=lambda event: event.requested).op))
+            return {largest[-1]: extra} if extra else {}
+        return read
+
+    figures = []
+    for extra in (0, 8 * MiB):
+        monkeypatch.setattr(first_step, "chunk_excess", excess(extra))
+        callback = LMS(**lms_options)
+        models.reference_cnn_small().fit(*models.images(64, 32), batch_size=32, epochs=1, verbose=0, shuffle=False,
+                                         callbacks=[callback])
+        figures.append(callback.stats.device_peak_bytes_without_lms)
+    assert len(largest) == 2 and figures[1] - figures[0] == 8 * MiB, (largest, figures)

@@ -5,9 +5,10 @@ Gemma-, Llama- and Mistral-style from a config (4 layers, hidden 256, 4 query / 
 4096, 256 tokens, LoRA rank 4), AdamW, a weighted sparse-categorical accuracy, ``(x, y, sample_weight)``. In a
 fresh process per batch: a plain fit of 6 steps, each step's peak read from the allocator (BFC) after the first,
 then ``LMS()`` on a new model from the same seed for 6 steps (its figure for a plain step: its first step read
-from the allocator where nothing moved, else predicted; what it moved; the whole fit's time over the plain fit's). In another process: ``explain_fit`` asked at batch 8 (it measures a plain
-step at the largest batch predicted to fit and at half of it, and corrects its figures) and its figure at batch 6,
-held to batch 6's plain peak (the median of three fresh processes).
+from the allocator where nothing moved, else predicted; what it moved; the whole fit's time over the plain
+fit's). In another process: ``explain_fit`` asked at batch 8 (it measures a plain step at the largest batch
+predicted to fit and at half of it, and corrects its figures) and its figure at batch 6, held to batch 6's plain
+peak (the median of three fresh processes).
 
     python benchmarks/fine_tuning.py [--families gemma llama mistral] [--dtypes float32 mixed_bfloat16]
 """

@@ -140,7 +140,7 @@ def executed_peaks(partitions, device: str, step: TracedStep, persistent: list[L
             nodes, unknown = nodes_from_partitions(
                 partitions, suffix, step.size_of, step.priority_of, undo_swaps=undo,
                 optimizer_after=step.optimizer_after, scratch_of=step.scratch_of, itemsizes_of=output_itemsizes,
-                elements_of=step.elements_of)
+                elements_of=step.elements_of, chunk_of=step.chunk_of)
         scratch_output.clear()
         scratch_output.update({node.name: len(node.outputs) - 1 for node in nodes if step.scratch_of(node.name)})
         if executed is None or undo:
@@ -183,7 +183,8 @@ class ExecutedStep:
         self.nodes, self.unknown = nodes_from_partitions(partitions, suffix, traced.size_of, traced.priority_of,
                                                           optimizer_after=traced.optimizer_after,
                                                           scratch_of=traced.scratch_of, itemsizes_of=output_itemsizes,
-                                                          elements_of=traced.elements_of)
+                                                          elements_of=traced.elements_of,
+                                                          chunk_of=traced.chunk_of)
         self.nodes = recomputes_just_in_time(self.nodes)
         self._indexed = None  # the nodes numbered for the replays (IndexedGraph), at the first
         self._swap_ins: dict[str, str] = {}  # the swap name of a traced tensor -> the device _Recv of its swap-in

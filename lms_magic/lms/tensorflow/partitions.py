@@ -36,6 +36,7 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
                           scratch_of: Callable[[str], int] | None = None,
                           itemsizes_of: Callable | None = None,
                           elements_of: Callable[[str, str, int], int | None] | None = None,
+                          chunk_of: Callable[[str], int] | None = None,
                           ) -> tuple[list[Node], list[str]]:
     """Builds replay nodes from partition graphs.
 
@@ -58,17 +59,19 @@ def nodes_from_partitions(partition_graphs: Iterable, device: str,
             comparison's bool output of float32 inputs is a quarter of their bytes); None: by its inputs' bytes.
         elements_of: the elements of output ``index`` of node ``name`` where ``size_of`` does not know its bytes
             (a node Grappler made in place of a traced one, of another type), sized with ``itemsizes_of``.
+        chunk_of: the bytes node ``name``'s first output held beyond its own in the allocator's chunk (measured:
+            ``core.scratch.chunk_excess``), added to it; None: none.
 
     Returns:
         The nodes, and the names of device nodes whose size was unknown.
     """
     with collector_paused():
         return _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after,
-                                      scratch_of, itemsizes_of, elements_of)
+                                      scratch_of, itemsizes_of, elements_of, chunk_of)
 
 
 def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_swaps, optimizer_after,
-                           scratch_of=None, itemsizes_of=None, elements_of=None):
+                           scratch_of=None, itemsizes_of=None, elements_of=None, chunk_of=None):
     index = _PartitionIndex(partition_graphs, device)
     graph_nodes, sends, by_name, on_device = index.nodes, index.sends, index.by_name, index.on_device
     resolve, swapped_origin = index.resolve, index.swapped_origin
@@ -151,6 +154,9 @@ def _nodes_from_partitions(partition_graphs, device, size_of, priority_of, undo_
                 elements = elements_of(node.name, node.op, index)
                 size = None if elements is None else elements * own[index]
             outputs.append(size)  # None: filled in below from the inputs
+        chunk = chunk_of(node.name) if chunk_of is not None and outputs and outputs[0] else 0
+        if chunk:  # the allocator's chunk for the first output, larger than its bytes: held while it lives
+            outputs[0] += chunk
         scratch = scratch_of(node.name) if scratch_of is not None else 0
         if scratch:  # the kernel's own buffers, held while it runs: an output after those read
             outputs.append(scratch)

@@ -124,25 +124,28 @@ class TracedStep:
 
     def with_chunks(self, excess: dict[str, int]) -> None:
         """What each op's outputs held beyond their bytes in a measured step at this step's batch (the allocator's
-        chunks: ``core.scratch.chunk_excess``, by op as named in the step), added to the op's largest output in this
-        step's replays at that batch; a measured op the trace does not hold is left out."""
-        found: dict[str, int] = {}
-        for measured, nbytes in excess.items():
-            op = self._lookup(measured)
-            if op is not None:
-                found[op.name] = found.get(op.name, 0) + nbytes
-        self._chunks = (getattr(self.batch_size, "to", self.batch_size), found) if found else None
+        chunks: ``core.scratch.chunk_excess``, by op as named in the step), added to the op's first output in this
+        step's replays at that batch: the executed graphs' (:meth:`chunk_of`) and the traced one's (a node
+        Grappler made found by what it was made from)."""
+        self._chunks = (getattr(self.batch_size, "to", self.batch_size), dict(excess)) if excess else None
         self._nodes = self._indexed = self._join_priority = None
 
-    def _chunk_of(self, op, index: int) -> int:
-        """The chunk excess measured at output ``index`` of traced ``op`` (its largest output) at this batch."""
+    def chunk_of(self, partition_name: str) -> int:
+        """The chunk excess an executed node's first output held, as measured at this step's batch, else 0."""
         if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
             return 0
-        extra = self._chunks[1].get(op.name, 0)
-        if not extra:
-            return 0
-        sizes = [self._tensor_bytes(tensor) or 0 for tensor in op.outputs]
-        return extra if sizes and index == sizes.index(max(sizes)) else 0
+        return self._chunks[1].get(op_name_in_step(partition_name), 0)
+
+    def _chunks_by_op(self) -> dict[str, int]:
+        """The measured chunk excess at this batch by traced op (:meth:`with_chunks`)."""
+        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
+            return {}
+        found: dict[str, int] = {}
+        for measured, nbytes in self._chunks[1].items():
+            op = self._lookup(measured, rewritten=True)
+            if op is not None:
+                found[op.name] = found.get(op.name, 0) + nbytes
+        return found
 
     def _scratch_by_op(self) -> dict[str, int]:
         """The measured scratch at this step's batch, by traced op (a measured op found by its name less leading
@@ -201,9 +204,10 @@ class TracedStep:
                        bytes_of(known.get(name) or dims_sized(name, dims, self.batch_size), itemsize) or 0
                        for name, dims, itemsize in outputs)
                  for free, outputs in (self._sized_from or self)._output_table()]
-        if self._chunks is not None:  # the allocator's chunks, as measured
-            sizes = [tuple(nbytes + self._chunk_of(op, index) for index, nbytes in enumerate(sizes[position]))
-                     if op.name in self._chunks[1] else sizes[position] for position, op in enumerate(self.ops)]
+        chunks = self._chunks_by_op()
+        if chunks:  # the allocator's chunks, as measured: on each op's first output
+            sizes = [(outputs[0] + chunks[op.name],) + outputs[1:] if op.name in chunks and outputs else outputs
+                     for op, outputs in zip(self.ops, sizes)]
         if scratch:  # each kernel's scratch: one more output, read by no op
             sizes = [sizes[index] + (scratch[op.name],) if op.name in scratch else sizes[index]
                      for index, op in enumerate(self.ops)]
@@ -323,8 +327,7 @@ class TracedStep:
             return None
         if index >= len(op.outputs):
             return 0  # an output that a fusion added (a bias gradient): small
-        nbytes = self._tensor_bytes(op.outputs[index])
-        return nbytes + self._chunk_of(op, index) if nbytes is not None else None
+        return self._tensor_bytes(op.outputs[index])
 
     def _tensor_bytes(self, tensor) -> int | None:
         """A traced tensor's bytes at this step's batch (its dimensions as inferred there, else sized by rule)."""

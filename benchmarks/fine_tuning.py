@@ -3,10 +3,10 @@ answers against the allocator, and what LMS() costs a whole fit.
 
 Gemma-, Llama- and Mistral-style from a config (4 layers, hidden 256, 4 query / 1 key-value heads, vocabulary
 4096, 256 tokens, LoRA rank 4), AdamW, a weighted sparse-categorical accuracy, ``(x, y, sample_weight)``. In a
-fresh process per batch: a plain fit of 6 steps, each step's peak read from the allocator (BFC) after the first,
-then ``LMS()`` on a new model from the same seed for 6 steps (its figure for a plain step: its first step read
-from the allocator where nothing moved, else predicted; what it moved; the whole fit's time over the plain
-fit's). In another process: ``explain_fit`` asked at batch 8 (it measures a plain step at the largest batch
+fresh process per batch: a plain fit of 6 steps, each step's peak read from the allocator (BFC) after the first;
+in another, ``LMS()`` on the same model from the same seed for 6 steps (its figure for a plain step: its first
+step read from the allocator where nothing moved, else predicted; what it moved; the whole fit's time over the
+plain fit's). In another process: ``explain_fit`` asked at batch 8 (it measures a plain step at the largest batch
 predicted to fit and at half of it, and corrects its figures) and its figure at batch 6, held to batch 6's plain
 peak (the median of three fresh processes).
 
@@ -39,7 +39,7 @@ from tests.hub import causal_lm, lm_data
 size = args["size"]
 data = lm_data(n=args["batch"] * 6, sequence=args["sequence"], vocabulary=size["vocabulary"])
 found = {}
-if args["kind"] in ("fits", "plain"):
+if args["kind"] in ("lms", "plain"):
     class Peaks(keras.callbacks.Callback):
         def __init__(self):
             super().__init__(); self.read = []
@@ -50,7 +50,7 @@ if args["kind"] in ("fits", "plain"):
         def on_train_batch_end(self, batch, logs=None):
             if batch >= 1: self.read.append(counter.read()[1])
 
-    for way in ("plain", "lms") if args["kind"] == "fits" else ("plain",):
+    for way in (args["kind"],):  # each way in a fresh process: the allocator's chunks depend on what ran before
         model = causal_lm(args["family"], dtype=args["dtype"], **size)
         x, y, w = data
         peaks, extra = Peaks(), [LMS(verbose=0)] if way == "lms" else []
@@ -91,20 +91,22 @@ def main() -> None:
     figures, lms_ratios, measured_ratios, time_ratios, explain_ratios = [], [], [], [], []
     for family in options.families:
         for dtype in options.dtypes:
-            fits = {batch: trial(kind="fits", family=family, dtype=dtype, batch=batch) for batch in (4, 8)}
+            fits = {batch: [trial(kind=way, family=family, dtype=dtype, batch=batch) for way in ("plain", "lms")]
+                    for batch in (4, 8)}
             explained = trial(kind="explain", family=family, dtype=dtype, batch=8, other=OTHER)
             # the plain peak at a batch explain_fit did not measure, in three fresh processes (TensorFlow's CPU peak
             # moves between processes)
             at_other = [run["plain"]["peak"] for run in [trial(kind="plain", family=family, dtype=dtype, batch=OTHER)
                                                          for _ in range(3)] if run]
-            for batch, run in fits.items():
-                if run is None:
+            for batch, runs in fits.items():
+                if None in runs:
                     continue
-                plain, lms = run["plain"], run["lms"]
+                plain, lms = runs[0]["plain"], runs[1]["lms"]
                 ratio = lms["without"] / plain["peak"] if lms.get("without") else None
                 (measured_ratios if lms.get("without_measured") else lms_ratios).extend([ratio] if ratio else [])
                 time_ratios.append(lms["fit_s"] / plain["fit_s"])
-                how = "measured in its first step" if lms.get("without_measured") else "predicted"
+                how = (f"measured in its first step (its later steps {lms['peak'] / 2**20:.1f} MiB)"
+                       if lms.get("without_measured") else "predicted")
                 held = (f"; with LMS predicted {lms['predicted'] / 2**20:.1f} MiB, its step held "
                         f"{lms['step_measured'] / 2**20:.1f} MiB less the host's" if lms["moved"] and
                         lms.get("step_measured") else "")

@@ -3,11 +3,11 @@ answers against the allocator, and what LMS() costs a whole fit.
 
 Gemma-, Llama- and Mistral-style from a config (4 layers, hidden 256, 4 query / 1 key-value heads, vocabulary
 4096, 256 tokens, LoRA rank 4), AdamW, a weighted sparse-categorical accuracy, ``(x, y, sample_weight)``. In a
-fresh process per batch: a plain fit of 6 steps, each step's peak read from the allocator (BFC) after the first;
-in another, ``LMS()`` on the same model from the same seed for 6 steps (its figure for a plain step: its first
-step read from the allocator where nothing moved, else predicted; what it moved; the whole fit's time over the
-plain fit's). In another process: ``explain_fit`` asked at batch 8 (it measures a plain step at the largest batch
-predicted to fit and at half of it, and corrects its figures) and its figure at batch 6, held to batch 6's plain
+fresh process per batch, three times: a plain fit of 6 steps, each step's peak read from the allocator (BFC) after
+the first (the median of the three); in another, ``LMS()`` on the same model from the same seed for 6 steps (its
+figure for a plain step: its first step read from the allocator where nothing moved, else predicted; what it
+moved; the whole fit's time over the median plain fit's). In another process: ``explain_fit`` asked at batch 8
+(it measures a plain step at the largest batch predicted to fit and at half of it, and corrects its figures) and its figure at batch 6, held to batch 6's plain
 peak (the median of three fresh processes).
 
     python benchmarks/fine_tuning.py [--families gemma llama mistral] [--dtypes float32 mixed_bfloat16]
@@ -25,6 +25,7 @@ from common import CODE, Figure, child_env, report
 
 SIZE = dict(layers=4, hidden=256, vocabulary=4096)
 SEQUENCE = 256
+PLAIN_RUNS = 3  # plain fits per batch, each in a fresh process
 OTHER = 6  # the batch explain_fit's figure is held to (it measures 8, or the largest predicted to fit, and half)
 
 TRIAL = """
@@ -91,8 +92,9 @@ def main() -> None:
     figures, lms_ratios, measured_ratios, time_ratios, explain_ratios = [], [], [], [], []
     for family in options.families:
         for dtype in options.dtypes:
-            fits = {batch: [trial(kind=way, family=family, dtype=dtype, batch=batch) for way in ("plain", "lms")]
-                    for batch in (4, 8)}
+            # three plain fits (a plain step's peak and a fit's time move between processes), one with LMS
+            fits = {batch: [trial(kind=way, family=family, dtype=dtype, batch=batch)
+                            for way in ("plain",) * PLAIN_RUNS + ("lms",)] for batch in (4, 8)}
             explained = trial(kind="explain", family=family, dtype=dtype, batch=8, other=OTHER)
             # the plain peak at a batch explain_fit did not measure, in three fresh processes (TensorFlow's CPU peak
             # moves between processes)
@@ -101,7 +103,10 @@ def main() -> None:
             for batch, runs in fits.items():
                 if None in runs:
                     continue
-                plain, lms = runs[0]["plain"], runs[1]["lms"]
+                plains, lms = [run["plain"] for run in runs[:-1]], runs[-1]["lms"]
+                plain = {"peak": statistics.median(p["peak"] for p in plains),
+                         "fit_s": statistics.median(p["fit_s"] for p in plains), "loss": plains[0]["loss"]}
+                peaks = ", ".join(f"{p['peak'] / 2**20:.1f}" for p in plains)
                 ratio = lms["without"] / plain["peak"] if lms.get("without") else None
                 (measured_ratios if lms.get("without_measured") else lms_ratios).extend([ratio] if ratio else [])
                 time_ratios.append(lms["fit_s"] / plain["fit_s"])
@@ -110,11 +115,13 @@ def main() -> None:
                 held = (f"; with LMS predicted {lms['predicted'] / 2**20:.1f} MiB, its step held "
                         f"{lms['step_measured'] / 2**20:.1f} MiB less the host's" if lms["moved"] and
                         lms.get("step_measured") else "")
-                print(f"{family} {dtype} batch {batch}: plain step peak {plain['peak'] / 2**20:.1f} MiB; LMS's "
+                print(f"{family} {dtype} batch {batch}: plain step peak {plain['peak'] / 2**20:.1f} MiB (median of "
+                      f"{peaks}); LMS's "
                       f"figure {lms.get('without', 0) / 2**20:.1f} MiB, {how} ({ratio or 0:.3f}x){held}, "
                       f"moved {lms['moved']}, "
                       f"losses {'identical' if lms['loss'] == plain['loss'] else 'differ'}; fit {lms['fit_s']:.1f} s "
-                      f"against {plain['fit_s']:.1f} s ({lms['fit_s'] / plain['fit_s']:.2f}x)", flush=True)
+                      f"against {plain['fit_s']:.1f} s, the median plain ({lms['fit_s'] / plain['fit_s']:.2f}x)",
+                      flush=True)
             if explained is not None and at_other:
                 measured = statistics.median(at_other)
                 ratio = explained["other"] / measured

@@ -89,7 +89,7 @@ class FirstStepChecks:
             return Action.STEP_OUT if check.remembered.stepped_out else Action.KEEP
         action = self._check_first_step()
         if action is Action.KEEP and measured_step_bytes is None:
-            self._measured_here()
+            action = self._measured_here()
         elif action is Action.KEEP:
             action = self._check_measured(measured_step_bytes)
         self._profiled = []  # the step's profile, read once
@@ -100,16 +100,15 @@ class FirstStepChecks:
             check.memo_key = None
         return action
 
-    def _measured_here(self) -> None:
+    def _measured_here(self) -> Action:
         """Off a GPU, where the checked step moved tensors and was profiled: what the simulated device itself held
         in it (the allocator, shared with the host, less what the host held along each swap's route:
-        ``shared_host.py``) into the stats, as a GPU's allocator reading is; nothing where the step was not
-        profiled or the profile missed a swap. Not acted on (no re-plan): on keras.applications models this first
-        step reads well above the replay's step bytes for reasons not yet known (docs/lms.md)."""
+        ``shared_host.py``), checked as a GPU's allocator reading is (``_check_measured``); nothing where the
+        step was not profiled or the profile missed a swap."""
         profiles = self._profiled
         partitions = self.stats.partition_graphs
         if not profiles or not partitions or not self.stats.swapped_tensors + self.stats.recomputed_tensors:
-            return
+            return Action.KEEP
         from . import shared_host
         from .partitions import swap_routes
         from .traced import device_suffix
@@ -119,16 +118,17 @@ class FirstStepChecks:
             before, peak, unseen = shared_host.lms_step_held(profiles[-1], routes, self.step.size_of)
         except Exception as error:  # a measurement must never stop training
             self.stats.notes.append(f"the step was not measured ({type(error).__name__}: {error})")
-            return
+            return Action.KEEP
         if unseen or peak <= 0:
-            return
-        self.planner.record_measured(max(0, peak - before),
-                                     "its allocator less what the host held there, on the simulated device")
+            return Action.KEEP
+        return self._check_measured(max(0, peak - before),
+                                    "its allocator less what the host held there, on the simulated device")
 
-    def _check_measured(self, step_bytes: int) -> Action:
-        """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``):
-        where more than the plan was allowed, planned once more from a step that swaps every eligible tensor."""
-        note = self.planner.measured(step_bytes, self._plan)
+    def _check_measured(self, step_bytes: int, source: str | None = None) -> Action:
+        """The plan that ran against what the device's allocator held in its step (``TracePlanner.measured``;
+        ``source``: how it was read, where not the allocator alone): where more than the plan was allowed,
+        planned once more from a step that swaps every eligible tensor."""
+        note = self.planner.measured(step_bytes, self._plan, source)
         stats = self.stats
         if self._ran_own_step():  # the device's own reading of the step without LMS, at this batch
             stats.update(device_peak_bytes_without_lms=stats.measured_step_peak_bytes, without_lms_measured=True)

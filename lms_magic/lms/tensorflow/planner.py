@@ -136,19 +136,20 @@ class TracePlanner:
                      measured_source=source)
         return persistent, predicted
 
-    def measured(self, step_bytes: int, plan: Plan | None) -> str | None:
-        """The plan that ran (``plan``) against the allocator's ``step_bytes`` in its first step, in the stats:
-        where the device held more than the plan was allowed and the plan is searched (and not made again
-        already), the budget the device holds from now on (``core.replan``), and the note of the re-plan;
-        else None."""
+    def measured(self, step_bytes: int, plan: Plan | None, source: str | None = None) -> str | None:
+        """The plan that ran (``plan``) against the allocator's ``step_bytes`` in its first step (``source``: how it
+        was read, where not the allocator alone), in the stats: where the device held more than the plan was
+        allowed and the plan is searched (and not made again already), the budget the device holds from now on
+        (``core.replan``), and the note of the re-plan; else None."""
         stats = self.stats
-        persistent, predicted = self.record_measured(step_bytes)
+        persistent, predicted = self.record_measured(step_bytes, source)
         allowed = plan.budget_bytes if plan is not None else None
         budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
         if budget is None or stats.replanned or not self.searched(plan):
             return None
         stats.replanned, self.budget_bytes = True, budget
-        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step (its allocator), "
+        return (f"the device held {format_size(persistent + step_bytes)} in the plan's first step "
+                f"({source or 'its allocator'}), "
                 f"above the {format_size(allowed)} the plan was allowed ({format_size(persistent + predicted)} "
                 f"predicted): planned again for {format_size(budget)} in the replay's bytes, from a step that swaps "
                 "every eligible tensor")

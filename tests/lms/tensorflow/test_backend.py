@@ -450,7 +450,11 @@ def test_where_it_does_not_the_fewest_bytes_that_fit_move(accelerator_memory, re
     model, history = fit_reference([callback])
     stats, (backend,) = callback.stats, backends
     eligible = [item for item in backend.candidates if backend.executed.holds(item)]
-    assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == usable
+    if stats.replanned:  # the device held more than allowed in the first plan's step: planned for less, said
+        assert stats.plan_rule is Rule.BUDGET and stats.budget_bytes < usable, stats.notes
+        usable = stats.budget_bytes
+    else:
+        assert stats.plan_rule is Rule.FITS_DEVICE and stats.budget_bytes == usable
     assert 0 < stats.swapped_tensors < len(eligible)
     # the graphs that ran after the retrace: within 1% of the budget (planned on the probe's graphs with the other
     # swaps undone, which differ a little from the graphs of the plan itself: 704 bytes over 17 MiB here)

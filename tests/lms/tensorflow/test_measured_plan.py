@@ -102,9 +102,10 @@ def test_on_the_simulated_device_the_first_step_is_measured_less_what_the_host_h
 def test_on_the_simulated_device_a_first_step_that_moved_nothing_gives_the_figure_without_lms(devices,
                                                                                                accelerator_memory):
     """Where the traced step fits the simulated device with room, LMS's first step moves nothing: it is the model's
-    own step, so the allocator's reading of it is the figure without LMS (as a GPU's would be), said as measured,
-    and it holds what a plain fit's steps hold, where the replay alone would not say so. A reading reset by a
-    callback before LMS's in the list (this test's own) is still the step's."""
+    own step, so the allocator's reading of it is the figure without LMS (as a GPU's would be), said as measured:
+    about what a plain fit's steps hold, and what another reader of the allocator saw in that step. A reading
+    reset by a callback before LMS's in the list (this test's own) is still the step's. (A first step can hold
+    more than later ones where the allocator gives it larger chunks: 1.16x the plain steps in a CI worker.)"""
     from lms_magic.memory.frameworks import resettable_counter
     from lms_magic.sizing.measured import StepPeaks
 
@@ -120,7 +121,9 @@ def test_on_the_simulated_device_a_first_step_that_moved_nothing_gives_the_figur
     assert stats.swapped_tensors == 0 and stats.without_lms_measured and stats.peak_source == "measured"
     assert stats.device_peak_bytes == stats.device_peak_bytes_without_lms == stats.measured_step_peak_bytes
     step = stats.device_peak_bytes_without_lms - stats.persistent_bytes
-    assert 0.9 * min(plain.step_bytes) <= step <= 1.1 * max(plain.step_bytes), (step, plain.step_bytes)
+    # (a reading cut short by the other reader's reset held a tenth of the step: 10 of 125 MiB)
+    assert 0.75 * min(plain.step_bytes) <= step <= 1.02 * first.step_bytes[0], (step, plain.step_bytes,
+                                                                                first.step_bytes)
     predicted = stats.traced_device_peaks[1] - stats.persistent_bytes
     assert "measured /CPU:0 peak" in callback.summary() and "in a step that moved nothing" in callback.summary()
     print(f"plain steps {plain.step_bytes}, LMS's first step {step}, the traced replay's {predicted}")

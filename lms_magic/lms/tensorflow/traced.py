@@ -124,30 +124,15 @@ class TracedStep:
 
     def with_chunks(self, excess: dict[str, int]) -> None:
         """What each op's outputs held beyond their bytes in a measured step at this step's batch (the allocator's
-        chunks: ``core.scratch.chunk_excess``, by op as named in the step), added to the op's first output in this
-        step's replays at that batch: the executed graphs' (:meth:`chunk_of`) and the traced one's (a node
-        Grappler made found by what it was made from)."""
+        chunks: ``core.scratch.chunk_excess``, by op as named in the step), added to the op's first output in the
+        executed graphs' replays at that batch (:meth:`chunk_of`)."""
         self._chunks = (getattr(self.batch_size, "to", self.batch_size), dict(excess)) if excess else None
-        self._nodes = self._indexed = self._join_priority = None
-
-    def _chunks_here(self) -> dict[str, int]:
-        """The measured chunk excess by op as named in the step, where it was measured at this step's batch."""
-        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
-            return {}
-        return self._chunks[1]
 
     def chunk_of(self, partition_name: str) -> int:
         """The chunk excess an executed node's first output held, as measured at this step's batch, else 0."""
-        return self._chunks_here().get(op_name_in_step(partition_name), 0)
-
-    def _chunks_by_op(self) -> dict[str, int]:
-        """The measured chunk excess at this batch by traced op (:meth:`with_chunks`)."""
-        found: dict[str, int] = {}
-        for measured, nbytes in self._chunks_here().items():
-            op = self._lookup(measured, rewritten=True)
-            if op is not None:
-                found[op.name] = found.get(op.name, 0) + nbytes
-        return found
+        if self._chunks is None or self._chunks[0] != getattr(self.batch_size, "to", self.batch_size):
+            return 0
+        return self._chunks[1].get(op_name_in_step(partition_name), 0)
 
     def _scratch_by_op(self) -> dict[str, int]:
         """The measured scratch at this step's batch, by traced op (a measured op found by its name less leading
@@ -206,10 +191,6 @@ class TracedStep:
                        bytes_of(known.get(name) or dims_sized(name, dims, self.batch_size), itemsize) or 0
                        for name, dims, itemsize in outputs)
                  for free, outputs in (self._sized_from or self)._output_table()]
-        chunks = self._chunks_by_op()
-        if chunks:  # the allocator's chunks, as measured: on each op's first output
-            sizes = [(outputs[0] + chunks[op.name],) + outputs[1:] if op.name in chunks and outputs else outputs
-                     for op, outputs in zip(self.ops, sizes)]
         if scratch:  # each kernel's scratch: one more output, read by no op
             sizes = [sizes[index] + (scratch[op.name],) if op.name in scratch else sizes[index]
                      for index, op in enumerate(self.ops)]

@@ -111,7 +111,7 @@ class _ClosedLoop:
         if meter is None or not (self.asked or (self.asked is None and measured_here)):
             return found
         if found.magic and not meter.measures_lms:
-            return replace(found, note=NOT_MEASURABLE)
+            return replace(found, note="; ".join(filter(None, (found.note, NOT_MEASURABLE))))
         return replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...units import parse_bytes
+from ...units import format_size, parse_bytes
 from ..core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, MEASURED_HEADROOM, usable_bytes
 from ..core.prediction import StepPredictor
 from ..core.simulate import collector_paused
@@ -110,6 +110,10 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                 magic, tuned = f"{magic} --budget {carried[1]}", {**tuned, "budget": carried[0]}
                 limit, capacity_here = _within(carried[0]), _capacity(carried[0])
             results.append(mode_fit(session, name, magic, batch_size, capacity_here, limit, correction))
+            if magic and plan_budget is not None:  # the dashboard then names the same budget: say what it is
+                results[-1] = replace(results[-1], note=f"--budget {plan_budget >> 20}MiB is in the replay's bytes, "
+                                                        f"which LMS plans in: the {format_size(usable)} it may fill "
+                                                        "here, as the measured steps correct the replay")
             if loop is not None and limit is not None:
                 results[-1] = loop.confirm(session, results[-1], tuned, capacity_here, limit)
             if tuned.get("lean_ops") and not session.predictors.lean_changes():  # the step without it

@@ -92,7 +92,7 @@ def test_explain_fit_confirms_the_largest_plain_batch_by_steps_and_leaves_the_mo
     assert above.out_of_memory or found.modes[0].confirmed.limit_bytes < \
         confirmed.total_bytes - at[confirmed.batch_size].step_bytes + above.step_bytes
     assert found.correction is not None and found.correction.measured_bytes > 0
-    assert lms.confirmed is None and lms.note == NOT_MEASURABLE  # the shared CPU allocator: not measurable
+    assert lms.confirmed is None and lms.note.endswith(NOT_MEASURABLE)  # the shared CPU allocator: not measurable
     text = str(found)
     assert f"confirmed by a step at {confirmed.batch_size}" in text and "TensorFlow's allocator on CPU:0" in text
     from lms_magic.ui.explain_html import explanation_html
@@ -228,3 +228,27 @@ def test_explain_fit_and_largest_batch_tell_one_story_on_the_simulated_device(si
     model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
     chosen = largest_batch(model, data, batch_size=64)
     assert chosen.explanation.modes[0].confirmed.batch_size == confirmed.batch_size and fits == [], (chosen, fits)
+
+
+def test_a_budget_in_the_replays_bytes_says_what_it_holds_on_the_device(simulated, monkeypatch):
+    """Where the measured steps say the device holds more than the replay, the LMS line carries a budget in the
+    replay's bytes, which is what LMS then reports planning to fill: the line says so, and what it is on the
+    device, so the two answers read as one."""
+    from lms_magic import explain_fit
+    from lms_magic.lms.explain.results import Correction
+    from lms_magic.sizing import explain_fit as explain_module
+    from lms_magic.units import format_size
+    from tests.models import images, reference_cnn_small
+
+    # a device that holds twice what the replay says, at any batch
+    monkeypatch.setattr(explain_module, "_correction", lambda session, meter, batch, capacity, limit: Correction(
+        batch, 2 * 2**20, 2**20, 2.0, "a fake allocator"))
+    found = explain_fit(reference_cnn_small(), images(64, 32), batch_size=64, capacity="64MiB",
+                        modes=("without LMS", "LMS"))
+    lms = found.modes[1]
+    budget = lms.magic.rsplit(" ", 1)[1]
+    assert lms.magic.startswith("%%lms_fit --budget ") and budget.endswith("MiB"), lms
+    assert int(budget[:-3]) * 2**20 < found.usable_bytes  # smaller than the device's usable share: the replay's
+    assert lms.note == (f"--budget {budget} is in the replay's bytes, which LMS plans in: the "
+                        f"{format_size(found.usable_bytes)} it may fill here, as the measured steps correct the replay")
+    assert lms.note in str(found)

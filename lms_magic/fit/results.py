@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..memory.report import MIB, MemoryReport
+from ..lms.core.summary import checked_step_held
 from ..units import format_size
 
 
@@ -215,10 +216,9 @@ class LmsFitResult:
                          f"{format_size(with_lms)}{source})")
         elif with_lms is not None:
             parts.append(f"{label} {format_size(with_lms)}")
-        held = stats.get("measured_step_peak_bytes")
+        held = checked_step_held(stats)
         if held is not None and label.startswith("predicted"):  # the plan that stands, read as its step ran
-            parts.append(f"its checked step held {format_size(held)} "
-                         f"({stats.get('measured_source') or 'its allocator'})")
+            parts.append(f"its checked step held {format_size(held[0])} ({held[1]})")
         for action, done in (("swapped", "swapped"), ("recomputed", "recomputed on the device")):
             count = stats.get(f"{action}_tensors", 0)
             if count:  # one of the two at least: something moved

@@ -23,9 +23,13 @@ def test_the_headline_gives_what_the_checked_step_held_beside_the_prediction():
     """Off a GPU the device peaks are LMS's predictions; where LMS read its own checked step, the user reads that
     figure and how it was read, in the same line."""
     held = int(8.1 * MIB)
-    stats = lms_stats(measured_step_peak_bytes=held, measured_source=ON_THE_SIMULATED_DEVICE)
+    stats = lms_stats(measured_step_peak_bytes=held, predicted_step_peak_bytes=6 * MIB,
+                      measured_source=ON_THE_SIMULATED_DEVICE)
     headline = LmsFitResult(calls=[[variant("no_lms"), variant("lms", stats)]]).headline()
     assert "predicted device peak -67% (18.0 MiB -> 6.0 MiB" in headline
     assert f"its checked step held {format_size(held)} ({ON_THE_SIMULATED_DEVICE})" in headline
     unread = LmsFitResult(calls=[[variant("no_lms"), variant("lms", lms_stats())]]).headline()
     assert "checked step held" not in unread  # nothing read, nothing said
+    # a step read under a plan LMS made again after it: not the step of the plan that stands
+    earlier = lms_stats(measured_step_peak_bytes=34 * MIB, predicted_step_peak_bytes=18 * MIB)
+    assert "checked step held" not in LmsFitResult(calls=[[variant("no_lms"), variant("lms", earlier)]]).headline()

@@ -38,6 +38,24 @@ class Words:
     recomputed_layers: int | None = None
 
 
+def checked_step_held(stats) -> tuple[int, str] | None:
+    """What the step of the plan that stands held as LMS checked it, and how that was read: where the device's
+    allocator (or the simulated device's, less what the host held) read that plan's step and its peak is not
+    already the figure given as measured; else None. ``stats``: LmsStats or its dict.
+
+    Example:
+        >>> checked_step_held({"measured_step_peak_bytes": 9, "predicted_step_peak_bytes": 7, "device_peak_bytes": 7})
+        (9, 'its allocator')
+        >>> checked_step_held({"measured_step_peak_bytes": 9, "predicted_step_peak_bytes": 8, "device_peak_bytes": 7})
+    """
+    read = stats if isinstance(stats, dict) else vars(stats)
+    held = read.get("measured_step_peak_bytes")
+    if held is None or read.get("peak_source") == "measured" or \
+            read.get("predicted_step_peak_bytes") != read.get("device_peak_bytes"):  # another plan's step
+        return None
+    return held, read.get("measured_source") or "its allocator"
+
+
 def summary_line(stats: LmsStats, words: Words) -> str:
     """What moves, the predicted peaks, the predicted step time, and what else LMS changed: one line.
 
@@ -81,6 +99,9 @@ def summary_line(stats: LmsStats, words: Words) -> str:
                     f", not predicted without ({stats.prediction_source})"))
     else:
         peaks = "no device peak predicted"
+    held = checked_step_held(stats)
+    if held is not None:
+        peaks += f"; its checked step held {held[0] / MIB:.1f} MiB ({held[1]})"
     ratio = stats.predicted_step_ratio if swapped or not recomputed else None
     return (f"{words.label}: {what}; {peaks}"
             + (f"; predicted step time {ratio - 1:+.0%}" if ratio else "")

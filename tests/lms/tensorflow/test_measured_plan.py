@@ -109,6 +109,9 @@ def test_on_the_simulated_device_the_first_step_is_measured_less_what_the_host_h
         (measured, shared.step_bytes, plain.step_bytes)
     # at least what the replay of the plan says the device holds (the allocator rounds each buffer up)
     assert measured >= 0.9 * (stats.predicted_step_peak_bytes - stats.persistent_bytes)
+    # and the user reads it beside the prediction, with how it was read
+    assert f"its checked step held {stats.measured_step_peak_bytes / 2**20:.1f} MiB (its allocator less what the " \
+           "host held" in callback.summary(), callback.summary()
 
 
 def test_on_the_simulated_device_a_first_step_that_moved_nothing_gives_the_figure_without_lms(devices,

@@ -233,10 +233,13 @@ def _profiler_started(folder: str) -> bool:
 
 def _read_space(space, events: list, runs: dict) -> None:
     """Adds ``space``'s (an XSpace) allocator events to ``events`` as (time in ps, allocator,
-    ``core.scratch.Allocation``) and each op's run to ``runs`` (its name in the step: its first start and last end in ps). The fields are read by
-    their stats' metadata ids (a step has tens of thousands of events)."""
+    ``core.scratch.Allocation``) and each op's run to ``runs`` (its name in the step: its first start and last end
+    in ps), from the first run of a traced function on (``RUN_EVENT``): the first call of a function builds its
+    graphs first (Grappler's constant folding alone allocates tens of thousands of times), and none of that is the
+    step. The fields are read by their stats' metadata ids (a step has tens of thousands of events)."""
     from ..core.scratch import Allocation
 
+    started_ps = _run_started_ps(space)
     for plane in space.planes:
         kinds = {key: value.name == "MemoryDeallocation" for key, value in plane.event_metadata.items()
                  if value.name in ("MemoryAllocation", "MemoryDeallocation")}
@@ -250,6 +253,8 @@ def _read_space(space, events: list, runs: dict) -> None:
             start_ps = line.timestamp_ns * 1000
             for event in line.events:
                 time_ps = start_ps + event.offset_ps
+                if time_ps < started_ps:
+                    continue
                 freed = kinds.get(event.metadata_id)
                 if freed is None:
                     op = op_names.get(event.metadata_id)
@@ -268,3 +273,18 @@ def _read_space(space, events: list, runs: dict) -> None:
                     "" if freed else str(read.get("tf_op", "")), "" if freed else str(read.get("region_type", "")),
                     int(read.get("allocation_bytes", 0) or 0), int(read.get("addr", 0) or 0), freed, time_ps,
                     int(read.get("bytes_allocated", 0) or 0), int(read.get("requested_bytes", 0) or 0))))
+
+
+# the profiler's event of a traced function's run (TensorFlow's eager runtime), after its graphs are built
+RUN_EVENT = "KernelAndDeviceFunc::Run"
+
+
+def _run_started_ps(space) -> int:
+    """When (ps) the first run of a traced function began in ``space``; 0 where none ran (everything is read)."""
+    started = []
+    for plane in space.planes:
+        run_ids = {key for key, value in plane.event_metadata.items() if value.name == RUN_EVENT}
+        if run_ids:
+            started += [line.timestamp_ns * 1000 + event.offset_ps for line in plane.lines for event in line.events
+                        if event.metadata_id in run_ids]
+    return min(started, default=0)

@@ -77,3 +77,26 @@ def test_a_profiler_the_user_runs_is_left_running_and_lms_trains_without_the_scr
         tf.profiler.experimental.stop()  # raises where LMS stopped the user's session
     assert list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))
     assert lms.stats.active and lms.stats.peak_without_lms["by_kind"]["kernel_scratch"] == 0
+
+
+def test_a_first_calls_profile_holds_its_run_not_the_building_of_its_graphs(accelerator_memory):
+    """A function's first call builds its graphs before it runs them, and Grappler's constant folding allocates
+    on the same allocator: none of that is the step LMS measures (its scratch, what the device held)."""
+    from lms_magic.lms.tensorflow.executed import step_profile_recorded
+
+    accelerator_memory("256MiB")
+
+    @tf.function
+    def step(x):
+        folded = tf.reduce_sum(tf.ones([1024, 1024, 2]) * 3.0)  # 8 MiB, computed while the graph is optimized
+        return x * folded
+
+    profiles = []
+    with tf.device(DEVICES.accelerator):
+        x = tf.ones([4])
+        with step_profile_recorded(profiles.append, DEVICES.accelerator):
+            result = step(x)
+    assert float(result[0]) == 3.0 * 2**21
+    assert profiles and profiles[0].events, "the run's own allocations were read"
+    assert max(event.nbytes for event in profiles[0].events) < 2**20, [
+        (event.op, event.nbytes) for event in profiles[0].events if event.nbytes >= 2**20]

@@ -7,7 +7,10 @@ fresh process per batch, three times: a plain fit of 6 steps, each step's peak r
 the first (the median of the three); in others, ``LMS()`` on the same model from the same seed for 6 steps, once at
 batch 4 and three times at batch 8, where something moves (its figure for a plain step: its first step read from
 the allocator where nothing moved, else predicted; what it moved; the median whole fit's time over the median
-plain fit's: a fit's end waits for tf.data's autotuning thread, up to about 1.4 s of a 4 s fit, either way).
+plain fit's). The fits take the same batches as a ``tf.data`` set with autotuning off, both ways: where tf.data
+autotunes (arrays given to ``fit`` are put in one), freeing the data as ``fit`` returns can wait for the autotuning
+thread's next round (rounds come at doubling intervals), 0-1.7 s of a 4 s fit with or without LMS, decided by
+when the fit ends (docs/measurements.md).
 In another process: ``explain_fit`` asked at batch 8 (it measures a plain step at the largest batch predicted to
 fit and at half of it, and corrects its figures) and its figure at batch 6, held to batch 6's plain peak (the
 median of three fresh processes).
@@ -37,6 +40,7 @@ args = json.loads(sys.argv[1])
 import lms_magic
 lms_magic.simulate_accelerator(memory="256MiB")
 import keras
+import tensorflow as tf
 from lms_magic import LMS
 from lms_magic.memory.frameworks import resettable_counter
 from tests.hub import causal_lm, lm_data
@@ -54,19 +58,15 @@ if args["kind"] in ("lms", "plain"):
         def on_train_batch_end(self, batch, logs=None):
             if batch >= 1: self.read.append(counter.read()[1])
 
-    class Ended(keras.callbacks.Callback):  # listed last: the fit's work done, before Keras frees its data
-        def on_train_end(self, logs=None):
-            self.at = time.perf_counter()
-
     for way in (args["kind"],):  # each way in a fresh process: the allocator's chunks depend on what ran before
         model = causal_lm(args["family"], dtype=args["dtype"], **size)
-        x, y, w = data
-        peaks, extra, ended = Peaks(), [LMS(verbose=0)] if way == "lms" else [], Ended()
+        batches = tf.data.Dataset.from_tensor_slices(data).batch(args["batch"])
+        options = tf.data.Options()
+        options.autotune.enabled = False  # no autotuning thread for the fit's end to wait on (the docstring)
+        peaks, extra = Peaks(), [LMS(verbose=0)] if way == "lms" else []
         start = time.perf_counter()
-        history = model.fit(x, y, sample_weight=w, batch_size=args["batch"], epochs=1, shuffle=False, verbose=0,
-                            callbacks=[peaks] + extra + [ended])
-        found[way] = {"fit_s": time.perf_counter() - start, "until_end_s": ended.at - start, "peak": max(peaks.read),
-                      "loss": history.history["loss"]}
+        history = model.fit(batches.with_options(options), epochs=1, verbose=0, callbacks=[peaks] + extra)
+        found[way] = {"fit_s": time.perf_counter() - start, "peak": max(peaks.read), "loss": history.history["loss"]}
         if extra:
             s = extra[0].stats
             found[way].update(without=s.device_peak_bytes_without_lms, predicted=s.device_peak_bytes,
@@ -92,8 +92,8 @@ def trial(**args) -> dict | None:
     return json.loads(lines[-1][7:])
 
 
-def seconds(runs: list[dict], key: str = "fit_s") -> str:
-    return ", ".join(f"{run[key]:.1f}" for run in runs)
+def seconds(runs: list[dict]) -> str:
+    return ", ".join(f"{run['fit_s']:.1f}" for run in runs)
 
 
 def main() -> None:
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "mixed_bfloat16"])
     options = parser.parse_args()
     figures, lms_ratios, measured_ratios, time_ratios, explain_ratios = [], [], [], [], []
-    unmoved_time_ratios, until_end_ratios = [], []
+    unmoved_time_ratios = []
     for family in options.families:
         for dtype in options.dtypes:
             # three plain fits (a plain step's peak and a fit's time move between processes), and with LMS
@@ -118,17 +118,13 @@ def main() -> None:
                     continue
                 plains = [run["plain"] for run in runs[:PLAIN_RUNS]]
                 lmses = [run["lms"] for run in runs[PLAIN_RUNS:]]
-                lms = {**lmses[0], "fit_s": statistics.median(run["fit_s"] for run in lmses),
-                       "until_end_s": statistics.median(run["until_end_s"] for run in lmses)}
+                lms = {**lmses[0], "fit_s": statistics.median(run["fit_s"] for run in lmses)}
                 plain = {"peak": statistics.median(p["peak"] for p in plains),
-                         "fit_s": statistics.median(p["fit_s"] for p in plains),
-                         "until_end_s": statistics.median(p["until_end_s"] for p in plains), "loss": plains[0]["loss"]}
+                         "fit_s": statistics.median(p["fit_s"] for p in plains), "loss": plains[0]["loss"]}
                 peaks = ", ".join(f"{p['peak'] / 2**20:.1f}" for p in plains)
                 ratio = lms["without"] / plain["peak"] if lms.get("without") else None
                 (measured_ratios if lms.get("without_measured") else lms_ratios).extend([ratio] if ratio else [])
                 (time_ratios if lms["moved"] else unmoved_time_ratios).append(lms["fit_s"] / plain["fit_s"])
-                if lms["moved"]:
-                    until_end_ratios.append(lms["until_end_s"] / plain["until_end_s"])
                 same = all(run["loss"] == plain["loss"] for run in lmses)
                 how = (f"measured in its first step (its later steps {lms['peak'] / 2**20:.1f} MiB)"
                        if lms.get("without_measured") else "predicted")
@@ -142,9 +138,7 @@ def main() -> None:
                       f"losses {'identical' if same else 'differ'}; "
                       f"fit {lms['fit_s']:.1f} s (median of {seconds(lmses)}) "
                       f"against {plain['fit_s']:.1f} s (median of {seconds(plains)}) "
-                      f"({lms['fit_s'] / plain['fit_s']:.2f}x); to the fit's on_train_end "
-                      f"{lms['until_end_s'] / plain['until_end_s']:.2f}x ({seconds(lmses, 'until_end_s')} against "
-                      f"{seconds(plains, 'until_end_s')})",
+                      f"({lms['fit_s'] / plain['fit_s']:.2f}x)",
                       flush=True)
             if explained is not None and at_other:
                 measured = statistics.median(at_other)
@@ -164,8 +158,6 @@ def main() -> None:
                                 explain_ratios, "0.90-1.10"),
                                ("a 6-step fit with LMS() where something moved over a plain fit (medians of 3 fresh "
                                 "processes each)", time_ratios, "at most 1.2"),
-                               ("the same fits' time to their last on_train_end (before Keras frees the data)",
-                                until_end_ratios, ""),
                                ("a 6-step fit with LMS() where nothing moved over a plain fit", unmoved_time_ratios,
                                 "")):
         if values:

@@ -68,6 +68,9 @@ class MemoryProfiler:
     already holds (freed earlier, kept by the C allocator) raises nothing. The
     examples write to fresh pages (``mmap``) so that their increment is sure.
 
+    Its state is its arguments (6), what each source read at start (the host's baseline, each GPU, each allocator's
+    start and peak), the sampler thread and its timeline, and the report; one job: a window of measurements.
+
     Example:
         >>> import mmap
         >>> profiler = MemoryProfiler(interval_s=0.005).start()

@@ -76,7 +76,12 @@ def _joins_when_ready(nodes: list[Node]) -> list[Node]:
 
 
 class TracedStep:
-    """The ops of one traced train step, with sizes and program order."""
+    """The ops of one traced train step, with sizes and program order.
+
+    Its state is its arguments (7) and what it reads of the ops once, each kept because the plan search asks it
+    again and again: the ops by name and position, their outputs and inferred dimensions, the replay's nodes and
+    their numbering, and the measured scratch and chunks by op at the batch asked last.
+    """
 
     def __init__(self, ops, batch_size: int | None, host_device, input_bytes=(), ordered=None, known_dims=None,
                  scratch=None):

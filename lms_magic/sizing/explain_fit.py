@@ -21,10 +21,6 @@ from ..lms.explain.largest import Confirmed, confirm_largest
 from ..lms.explain.replay import MODES, mode_fit, prediction_at, explained
 from ..lms.explain.results import Correction, FitExplanation, ModeFit
 
-# beside LMS's figures where steps were confirmed on simulate_accelerator's device
-NOT_MEASURABLE = ("not confirmed: the simulated device's allocator is TensorFlow's one CPU allocator, which also "
-                  "holds what LMS moves to the host; a GPU confirms it")
-
 
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
                 speed_target: float = 0.9, budget=None, confirm: bool | None = None, **options) -> FitExplanation:
@@ -54,10 +50,10 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         confirm: run real steps on the device (``measured.py``): True measures a plain step at a batch predicted
             to fit, corrects every way's figures by what the allocator held beyond the graph's tensors, and
             confirms each way's largest batch by steps at it (backing off where a step does not fit); None (the
-            default) does the same where the device is a real GPU, and on ``simulate_accelerator``'s device for
-            the way without LMS (the ways with LMS cannot be measured there: their figures stay corrected
-            predictions); False runs nothing. The model, its optimizer, metrics and the random state end as
-            they were.
+            default) does the same where the device's allocator can be read: a GPU, or ``simulate_accelerator``'s
+            device (there a step with LMS is read as LMS reads its own: the allocator, which the host shares,
+            less what the host held); False runs nothing. The model, its optimizer, metrics and the random state
+            end as they were.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:
@@ -96,7 +92,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
 class _ClosedLoop:
     """``explained``'s loop: a plain step measured on the device corrects the figures (``correct``); steps confirm
     each way's largest batch (``confirm``) where asked (``confirm``: True; None: where the way's steps can be
-    measured, every way on a real GPU, the plain way on the simulated device)."""
+    measured: every way, on a GPU and on the simulated device)."""
 
     def __init__(self, meter, unmeasured: str, confirm: bool | None):
         self.meter, self.unmeasured, self.asked = meter, unmeasured, confirm
@@ -106,13 +102,19 @@ class _ClosedLoop:
 
     def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> ModeFit:
         meter = self.meter
-        # by default every way where its steps can be measured: on the simulated device, the plain way
-        measured_here = meter is not None and (meter.on_gpu or not found.magic)
+        # by default every way where its steps can be measured (on the simulated device, LMS's by its own reading)
+        measured_here = meter is not None and (meter.measures_lms or not found.magic)
         if meter is None or not (self.asked or (self.asked is None and measured_here)):
             return found
-        if found.magic and not meter.measures_lms:
-            return replace(found, note="; ".join(filter(None, (found.note, NOT_MEASURABLE))))
-        return replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
+        budget = tuned.get("budget")
+        if found.magic and budget is not None and budget <= 0:  # no bytes left to plan in: nothing to measure
+            return found
+        from .measured import Unmeasured
+
+        try:
+            return replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
+        except Unmeasured as error:  # LMS moved tensors and its profile did not show what the device held
+            return replace(found, note="; ".join(filter(None, (found.note, f"not confirmed: {error}"))))
 
 
 def measurable(model, data, **options) -> bool:

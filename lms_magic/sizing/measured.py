@@ -21,10 +21,11 @@ from ..lms.explain.largest import MeasuredStep
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
 
-# Plain steps measured in this process, by model, then by what they rest on (``_plain_key``), then by batch size:
-# every later answer on the same model, device and data reads them rather than measuring again (a step's peak can differ between two measurements of one batch: the executor
-# may run the backward pass in another order).
-_PLAIN_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Steps measured in this process, by model, then by what they rest on (``_plain_key``, and LMS's options for a
+# step with LMS), then by batch size: every later answer on the same model, device and data reads them rather than
+# measuring again (a step's peak can differ between two measurements of one batch: the executor may run the
+# backward pass in another order, and LMS may plan another way).
+_KEPT_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class StepPeaks(keras.callbacks.Callback):
@@ -94,9 +95,10 @@ class StepMeter:
 
     @property
     def measures_lms(self) -> bool:
-        """Whether steps with LMS can be measured: not on ``simulate_accelerator``'s device, whose allocator is
-        TensorFlow's one CPU allocator, shared with the host the tensors move to."""
-        return self.on_gpu
+        """Whether steps with LMS can be measured: on a GPU by its allocator; on ``simulate_accelerator``'s
+        device, whose allocator TensorFlow's host shares, by LMS's own reading of its checked step (the allocator
+        less what the host held: ``stats.measured_source``)."""
+        return self.on_gpu or self.counter.framework == "TensorFlow"
 
     @property
     def where(self) -> str:
@@ -117,7 +119,7 @@ class StepMeter:
         key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
         if key in self._known:
             return self._known[key]
-        kept = None if with_lms else self._kept()
+        kept = self._kept(with_lms, options)
         remembered = None if kept is None else kept.get(batch_size)
         if remembered is not None:
             self._known[key] = remembered
@@ -135,6 +137,8 @@ class StepMeter:
             peaks.close()
         if outcome is None or outcome.status == "oom":
             found = MeasuredStep(batch_size, with_lms, None, out_of_memory=True)
+        elif lms and not self.on_gpu:  # the allocator holds the host's bytes too: LMS's own reading of its step
+            found = _lms_step(batch_size, lms[0].stats, peaks.step_bytes)
         else:
             read = peaks.step_bytes or [0]
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
@@ -149,10 +153,15 @@ class StepMeter:
         data (out-of-memory steps are not kept)."""
         return sorted(self._kept() or ())
 
-    def _kept(self) -> dict | None:
-        """This model's plain steps kept for this device and data, by batch size; None where they are not kept."""
+    def _kept(self, with_lms: bool = False, options: dict | None = None) -> dict | None:
+        """This model's steps kept for this device and data (with LMS: under these options), by batch size; None
+        where they are not kept."""
         key = self._plain_key()
-        return None if key is None else _PLAIN_STEPS.setdefault(self.model, {}).setdefault(key, {})
+        if key is None:
+            return None
+        if with_lms:
+            key = (*key, "LMS", repr(sorted({**self.lms_options, **(options or {})}.items())))
+        return _KEPT_STEPS.setdefault(self.model, {}).setdefault(key, {})
 
     def _plain_key(self) -> tuple | None:
         """What a plain step's peak rests on besides the model object and the batch: the device, the model's variables
@@ -191,6 +200,28 @@ class StepMeter:
             np.random.set_state(numpy_state)
             self.model.history = history
         return outcome
+
+
+class Unmeasured(Exception):
+    """A step with LMS ran on ``simulate_accelerator``'s device and LMS could not read what the device held in it
+    (its profile missed a swap, or another profiler held TensorFlow's); the message says why."""
+
+
+def _lms_step(batch_size: int, stats, allocator_step_bytes: list[int]) -> MeasuredStep:
+    """A step with LMS on the simulated device: where it moved nothing, the allocator's own readings; else LMS's
+    reading of its checked step, the allocator less what the host held (``lms/tensorflow/shared_host.py``).
+
+    Raises:
+        Unmeasured: LMS moved tensors and did not read its step.
+    """
+    if not stats.swapped_tensors + stats.recomputed_tensors:
+        read = allocator_step_bytes or [0]
+        return MeasuredStep(batch_size, True, max(read), (min(read), max(read)))
+    if stats.measured_source is None or stats.measured_step_peak_bytes is None or stats.persistent_bytes is None:
+        why = next((note for note in stats.notes if "not measured" in note), "its step's profile showed no reading")
+        raise Unmeasured(f"LMS's step at batch {batch_size} was not measured on the simulated device: {why}")
+    step_bytes = stats.measured_step_peak_bytes - stats.persistent_bytes
+    return MeasuredStep(batch_size, True, step_bytes, (step_bytes, step_bytes))
 
 
 def _samples_signature(data) -> tuple | None:
@@ -238,4 +269,4 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
     return StepMeter(model, data, counter, lms_options, device), ""
 
 
-__all__ = ["MEASURED_STEPS", "StepMeter", "StepPeaks", "step_meter"]
+__all__ = ["MEASURED_STEPS", "StepMeter", "StepPeaks", "Unmeasured", "step_meter"]

@@ -218,7 +218,9 @@ def _lms_step(batch_size: int, stats, allocator_step_bytes: list[int]) -> Measur
         read = allocator_step_bytes or [0]
         return MeasuredStep(batch_size, True, max(read), (min(read), max(read)))
     if stats.measured_source is None or stats.measured_step_peak_bytes is None or stats.persistent_bytes is None:
-        why = next((note for note in stats.notes if "not measured" in note), "its step's profile showed no reading")
+        why = next((note for note in stats.notes if "not measured" in note),
+                   "its profile read nothing (another profiler session, such as TensorBoard(profile_batch=...)'s, "
+                   "held TensorFlow's profiler, or the profile missed a swap)")
         raise Unmeasured(f"LMS's step at batch {batch_size} was not measured on the simulated device: {why}")
     step_bytes = stats.measured_step_peak_bytes - stats.persistent_bytes
     return MeasuredStep(batch_size, True, step_bytes, (step_bytes, step_bytes))

@@ -254,3 +254,23 @@ def test_a_budget_in_the_replays_bytes_says_what_it_holds_on_the_device(simulate
     assert lms.note == (f"--budget {budget} is in the replay's bytes, which LMS plans in: the "
                         f"{format_size(found.usable_bytes)} it may fill here, as the measured steps correct the replay")
     assert lms.note in str(found)
+
+
+def test_a_step_with_lms_that_cannot_be_read_leaves_its_way_predicted_and_says_why(simulated, tmp_path):
+    """On the simulated device a step with LMS is read from its profile; where the user's own profiler holds
+    TensorFlow's, the LMS way is not confirmed, its line says why, and the plain way is confirmed as before."""
+    import tensorflow as tf
+
+    from lms_magic import explain_fit
+    from tests.models import images, reference_cnn_small
+
+    tf.profiler.experimental.start(str(tmp_path))
+    try:
+        found = explain_fit(reference_cnn_small(), images(64, 32), batch_size=64, modes=("without LMS", "LMS"),
+                            min_bytes=0)
+    finally:
+        tf.profiler.experimental.stop()  # raises where explain_fit stopped the user's session
+    plain, lms = found.modes
+    assert plain.confirmed is not None and plain.confirmed.batch_size > 0, found
+    assert lms.confirmed is None and "not confirmed: LMS's step at batch" in lms.note, lms
+    assert "not confirmed: LMS's step at batch" in str(found)

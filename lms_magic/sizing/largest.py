@@ -53,7 +53,7 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
             the usable share of the device's capacity. Defaults to None.
         batch_size: the batch explained beside it (``explain_fit``'s). Defaults to 32.
         confirm: as for ``explain_fit``. Defaults to None: confirmed by steps wherever the device's allocator can
-            be read (on ``simulate_accelerator``'s device, the plain batch; LMS's there is predicted).
+            be read (a GPU; ``simulate_accelerator``'s device, where a step with LMS is read as LMS reads its own).
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:

@@ -83,7 +83,7 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             _meter(model, data, options, budget=usable if given else None)
         if confirm and meter is None:
             raise ValueError(f"confirm=True: {why}; leave confirm out for the predicted figures alone")
-        return _ClosedLoop(meter, why, confirm)
+        return _ClosedLoop(meter, why)
 
     return explained(model, data, batch_size, capacity, modes, batch_sizes, speed_target, budget, closed_loop,
                      **options)
@@ -91,23 +91,18 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
 
 class _ClosedLoop:
     """``explained``'s loop: a plain step measured on the device corrects the figures (``correct``); steps confirm
-    each way's largest batch (``confirm``) where asked (``confirm``: True; None: where the way's steps can be
-    measured: every way, on a GPU and on the simulated device)."""
+    each way's largest batch (``confirm``) wherever a meter reads the device (a GPU, or the simulated device, where
+    a step with LMS is LMS's own reading of it)."""
 
-    def __init__(self, meter, unmeasured: str, confirm: bool | None):
-        self.meter, self.unmeasured, self.asked = meter, unmeasured, confirm
+    def __init__(self, meter, unmeasured: str):
+        self.meter, self.unmeasured = meter, unmeasured
 
     def correct(self, session, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction | None:
         return None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
 
     def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> ModeFit:
-        meter = self.meter
-        # by default every way where its steps can be measured (on the simulated device, LMS's by its own reading)
-        measured_here = meter is not None and (meter.measures_lms or not found.magic)
-        if meter is None or not (self.asked or (self.asked is None and measured_here)):
-            return found
-        budget = tuned.get("budget")
-        if found.magic and budget is not None and budget <= 0:  # no bytes left to plan in: nothing to measure
+        meter, budget = self.meter, tuned.get("budget")
+        if meter is None or found.magic and budget is not None and budget <= 0:  # no bytes left for LMS to plan in
             return found
         from .measured import Unmeasured
 

@@ -94,13 +94,6 @@ class StepMeter:
         return self.counter.gpu_index is not None
 
     @property
-    def measures_lms(self) -> bool:
-        """Whether steps with LMS can be measured: on a GPU by its allocator; on ``simulate_accelerator``'s
-        device, whose allocator TensorFlow's host shares, by LMS's own reading of its checked step (the allocator
-        less what the host held: ``stats.measured_source``)."""
-        return self.on_gpu or self.counter.framework == "TensorFlow"
-
-    @property
     def where(self) -> str:
         """The allocator read, in words: "TensorFlow's allocator on CPU:0 (AMD EPYC 7R13 Processor, AVX2)" (a CPU's
         figures name the CPU: its kernels' scratch differs by it)."""

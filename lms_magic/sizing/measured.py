@@ -10,6 +10,7 @@ and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch 
 
 from __future__ import annotations
 
+import logging
 import random
 import weakref
 
@@ -180,6 +181,8 @@ class StepMeter:
         history = getattr(self.model, "history", None)
         random_state, numpy_state = random.getstate(), np.random.get_state()
         start = FairStart(self.model, reseed=False)
+        hidden = _OwnRetracesHidden()
+        logging.getLogger("tensorflow").addFilter(hidden)
         try:
             # exactly steps + 1 batches, run to the epoch's end (not stopped at its last step: that leaves Keras's
             # epoch generator suspended with its tf.data iterator and threads, for a full collection to free)
@@ -188,11 +191,21 @@ class StepMeter:
         except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
             outcome = None
         finally:
+            logging.getLogger("tensorflow").removeFilter(hidden)
             start.restore()
             random.setstate(random_state)
             np.random.set_state(numpy_state)
             self.model.history = history
         return outcome
+
+
+class _OwnRetracesHidden(logging.Filter):
+    """TensorFlow's warning that a function was traced again and again, left out while steps are measured: each
+    batch size measured traces the step anew, and the warning would tell the user to change code that is not
+    theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
 
 
 class Unmeasured(Exception):

@@ -131,8 +131,8 @@ class StepMeter:
             peaks.close()
         if outcome is None or outcome.status == "oom":
             found = MeasuredStep(batch_size, with_lms, None, out_of_memory=True)
-        elif lms and not self.on_gpu:  # the allocator holds the host's bytes too: LMS's own reading of its step
-            found = _lms_step(batch_size, lms[0].stats, peaks.step_bytes)
+        elif lms and not self.on_gpu and lms[0].stats.swapped_tensors + lms[0].stats.recomputed_tensors:
+            found = _lms_step(batch_size, lms[0].stats)  # the allocator holds what moved to the host too
         else:
             read = peaks.step_bytes or [0]
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
@@ -213,16 +213,13 @@ class Unmeasured(Exception):
     (its profile missed a swap, or another profiler held TensorFlow's); the message says why."""
 
 
-def _lms_step(batch_size: int, stats, allocator_step_bytes: list[int]) -> MeasuredStep:
-    """A step with LMS on the simulated device: where it moved nothing, the allocator's own readings; else LMS's
-    reading of its checked step, the allocator less what the host held (``lms/tensorflow/shared_host.py``).
+def _lms_step(batch_size: int, stats) -> MeasuredStep:
+    """A step with LMS that moved tensors on the simulated device: LMS's reading of its checked step, the allocator
+    (which the host shares) less what the host held (``lms/tensorflow/shared_host.py``).
 
     Raises:
-        Unmeasured: LMS moved tensors and did not read its step.
+        Unmeasured: LMS did not read its step.
     """
-    if not stats.swapped_tensors + stats.recomputed_tensors:
-        read = allocator_step_bytes or [0]
-        return MeasuredStep(batch_size, True, max(read), (min(read), max(read)))
     if stats.measured_source is None or stats.measured_step_peak_bytes is None or stats.persistent_bytes is None:
         why = next((note for note in stats.notes if "not measured" in note),
                    "its profile read nothing (another profiler session, such as TensorBoard(profile_batch=...)'s, "

@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..memory.report import MIB, MemoryReport
+from ..lms.core.plan import usable_bytes
 from ..lms.core.summary import checked_step_held
 from ..units import format_size
 
@@ -138,7 +139,8 @@ def _metric_format(name: str) -> str:
 
 def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, int | None, int | None]:
     """(what they are, device peak with LMS, without): measured by the allocator where both variants ran on a
-    GPU, else LMS's own figures (predicted)."""
+    GPU, or where LMS's checked step and a plain step at its batch were read on the device (the simulated one's
+    too), else LMS's own figures (predicted)."""
     measured = [_gpu_allocator_peak(v) for v in (lms, plain) if v is not None and v.status == "ok"]
     if plain is not None and len(measured) == 2 and None not in measured:
         return "device peak", measured[0], measured[1]
@@ -146,6 +148,9 @@ def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, 
     without = stats.get("device_peak_bytes_without_lms")
     if without is None and plain is not None and plain.status == "ok":
         without = _gpu_allocator_peak(plain)
+    held = checked_step_held(stats)
+    if stats.get("without_lms_measured") and held is not None:  # both steps read on the device: measured to measured
+        return "device peak", held[0], without
     label = "predicted device peak" if stats.get("peak_source") == "predicted" else "device peak"
     if len(stats.get("devices") or ()) > 1:  # a distribution strategy's replicas: each device's figure
         label = label.replace("device peak", "per-device peak")
@@ -160,6 +165,21 @@ def _gpu_allocator_peak(variant: VariantResult) -> int | None:
 def _change(new: float, old: float) -> str:
     """A relative change in whole percent, "+0%" (not "-0%") for less than half a percent either way."""
     return f"{round((new - old) / old * 100):+d}%" if old else "n/a"
+
+
+def _would_not_fit(stats: dict, without: int, budget: int) -> str:
+    """The headline's first words where the step without LMS exceeds what LMS planned for: against the device's
+    usable share where the figure without LMS is the device's (measured, or corrected by measured steps), as
+    ``explain_fit`` says it, else against the plan's budget (the replay's bytes, as LMS plans)."""
+    how = "measured" if stats.get("without_lms_measured") else \
+        "corrected by measured steps" if stats.get("without_lms_source") else "predicted"
+    capacity = stats.get("capacity_bytes")
+    if stats.get("without_lms_source") and capacity and without > usable_bytes(capacity):
+        return (f"without LMS the step would not fit the device ({format_size(without)} {how}, above the "
+                f"{format_size(usable_bytes(capacity))} usable of its {format_size(capacity)}); with LMS it fits")
+    what = "the device" if str(stats.get("plan_rule")) == "fits the device" else "the budget"
+    return (f"without LMS the step would not fit {what} ({format_size(without)} {how}, above the "
+            f"{format_size(budget)} LMS plans to fill); with LMS it fits")
 
 
 def _loss_part(plain: VariantResult, lms: VariantResult) -> list[str]:
@@ -210,8 +230,9 @@ class LmsFitResult:
             return self._nothing_moved_headline(lms, plain, label, with_lms)
         parts = []
         if with_lms is not None and without is not None:
-            how = "measured" if stats.get("without_lms_measured") else "by replay"
-            source = f", without LMS {how}" if label.startswith("predicted") else ""
+            how = "measured" if stats.get("without_lms_measured") else \
+                "corrected by measured steps" if stats.get("without_lms_source") else "by replay"
+            source = f", without LMS {how}" if label.startswith("predicted") else ", both measured"
             parts.append(f"{label} {_change(with_lms, without)} ({format_size(without)} -> "
                          f"{format_size(with_lms)}{source})")
         elif with_lms is not None:
@@ -234,10 +255,7 @@ class LmsFitResult:
         if plain is not None and plain.status == "oom":
             parts.insert(0, "without LMS: out of memory; with LMS it trained")
         elif budget and without is not None and with_lms is not None and without > budget >= with_lms:
-            what = "the device" if str(stats.get("plan_rule")) == "fits the device" else "the budget"
-            how = "measured" if stats.get("without_lms_measured") else "predicted"
-            parts.insert(0, f"without LMS the step would not fit {what} ({format_size(without)} {how}, "
-                            f"above the {format_size(budget)} LMS plans to fill); with LMS it fits")
+            parts.insert(0, _would_not_fit(stats, without, budget))
         if plain is not None and plain.status == "ok":
             if plain.time_per_step_s and lms.time_per_step_s:
                 parts.append(f"measured step time {_change(lms.time_per_step_s, plain.time_per_step_s)}")

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..lms.core.device_model import Correction
 from ..lms.explain.largest import Confirmed, confirm_largest
 from ..lms.explain.replay import MODES, mode_fit, prediction_at, explained
-from ..lms.explain.results import Correction, FitExplanation, ModeFit
+from ..lms.explain.results import FitExplanation, ModeFit
+from ..units import format_size
 
 
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
@@ -100,16 +102,41 @@ class _ClosedLoop:
     def correct(self, session, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction | None:
         return None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
 
-    def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> ModeFit:
+    def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int,
+                batch_size: int) -> ModeFit:
         meter, budget = self.meter, tuned.get("budget")
         if meter is None or found.magic and budget is not None and budget <= 0:  # no bytes left for LMS to plan in
             return found
         from .measured import Unmeasured
 
         try:
-            return replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
+            found = replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
         except Unmeasured as error:  # LMS moved tensors and its profile did not show what the device held
             return replace(found, note="; ".join(filter(None, (found.note, f"not confirmed: {error}"))))
+        return _by_own_steps(session, found, batch_size, capacity_bytes, limit) if found.magic else found
+
+
+def _by_own_steps(session, found: ModeFit, batch_size: int, capacity_bytes: int | None, limit: int) -> ModeFit:
+    """A way with LMS at the batch asked for as its own measured steps say: its step there, where one was measured,
+    else its replay times what its nearest measured step held over its replay. The plain steps' correction would
+    charge it for what it moved to the host; each way is held to its own steps."""
+    steps = [step for step in found.confirmed.tried if step.step_bytes is not None]
+    if not steps:
+        return found
+    persistent = session.predictor.persistent_bytes
+    near = min(steps, key=lambda step: (abs(step.batch_size - batch_size), step.batch_size))
+    if near.batch_size == batch_size:
+        peak_bytes, how = persistent + near.step_bytes, f"its step at batch {batch_size} measured"
+    else:
+        def replayed(batch: int) -> int:
+            return prediction_at(session, True, batch, capacity_bytes).peak_bytes - persistent
+
+        ratio = near.step_bytes / max(1, replayed(near.batch_size))
+        peak_bytes = persistent + int(ratio * replayed(batch_size))
+        how = f"its replay at batch {batch_size} times {ratio:.2f}, as its step at {near.batch_size} held"
+    note = "; ".join(filter(None, (found.note, f"{format_size(peak_bytes)}: {how}")))
+    fits = peak_bytes <= limit or found.confirmed.batch_size >= batch_size
+    return replace(found, peak_bytes=peak_bytes, fits=fits, note=note)
 
 
 def measurable(model, data, **options) -> bool:
@@ -169,7 +196,11 @@ def _correction(session, meter, batch_size: int, capacity_bytes: int | None, lim
     if measured is None:
         return Correction(batch, None, predicted, 1.0, meter.where)
     low = (low_batch, steps[1].step_bytes, predicted_at(low_batch)) if len(steps) == 2 else None
-    return Correction.through(batch, measured, predicted, meter.where, low, words)
+    found = Correction.through(batch, measured, predicted, meter.where, low, words)
+    kept = getattr(meter, "measured_device", lambda: None)()
+    if kept is not None:  # LMS's figure without LMS, and the dashboard's, read it (lms.core.device_model)
+        kept.correction = found
+    return found
 
 
 def kept_pair(kept: list[int], batch: int) -> tuple[int, int] | None:

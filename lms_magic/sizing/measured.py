@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import logging
 import random
-import weakref
 
 import keras
 import numpy as np
 
+from ..lms.core import device_model
 from ..lms.core.plan import BudgetError
 from ..lms.explain.largest import MeasuredStep
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
-
-# Steps measured in this process, by model, then by what they rest on (``_plain_key``, and LMS's options for a
-# step with LMS), then by batch size: every later answer on the same model, device and data reads them rather than
-# measuring again (a step's peak can differ between two measurements of one batch: the executor may run the
-# backward pass in another order, and LMS may plan another way).
-_KEPT_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
 
 class StepPeaks(keras.callbacks.Callback):
     """Reads ``counter`` (a :class:`~lms_magic.memory.frameworks.AllocatorCounter`) around each train step but the
@@ -148,28 +141,21 @@ class StepMeter:
         return sorted(self._kept() or ())
 
     def _kept(self, with_lms: bool = False, options: dict | None = None) -> dict | None:
-        """This model's steps kept for this device and data (with LMS: under these options), by batch size; None
-        where they are not kept."""
-        key = self._plain_key()
-        if key is None:
+        """This model's steps kept for this device and data (with LMS: under these options), by batch size, in the
+        process's one model of the device (``lms.core.device_model``); None where they are not kept."""
+        measured = self.measured_device()
+        if measured is None:
             return None
-        if with_lms:
-            key = (*key, "LMS", repr(sorted({**self.lms_options, **(options or {})}.items())))
-        return _KEPT_STEPS.setdefault(self.model, {}).setdefault(key, {})
+        way = device_model.lms_way({**self.lms_options, **(options or {})}) if with_lms else device_model.PLAIN
+        return measured.steps.setdefault(way, {})
 
-    def _plain_key(self) -> tuple | None:
-        """What a plain step's peak rests on besides the model object and the batch: the device, the model's variables
-        (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes; None
-        where the data are not arrays (a dataset read again may yield other batches: measured each time)."""
-        samples = _samples_signature(self.data)
-        if samples is None:
+    def measured_device(self) -> "device_model.MeasuredDevice | None":
+        """What was measured on this device for this model and data (``lms.core.device_model``); None where the
+        data are not arrays (a dataset read again may yield other batches: measured each time)."""
+        if not _arrays(self.data):
             return None
-        model = self.model
-        variables = tuple((tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.weights)
-        flags = (id(getattr(model, "optimizer", None)), str(getattr(model, "dtype_policy", "")),
-                 getattr(model, "jit_compile", None), getattr(model, "run_eagerly", None))
-        meter = type(self.counter).__qualname__
-        return meter, self.device, variables, flags, samples
+        key = device_model.setup_key(self.model, self.device, device_model.sample_shapes(self.data))
+        return None if key is None else device_model.measured_device(self.model, key)
 
     def _run(self, batch_size: int, lms: list, peaks, steps: int):
         """``steps`` + 1 steps of ``fit`` at ``batch_size`` from a saved start, put back after; the outcome (None:
@@ -229,18 +215,12 @@ def _lms_step(batch_size: int, stats) -> MeasuredStep:
     return MeasuredStep(batch_size, True, step_bytes, (step_bytes, step_bytes))
 
 
-def _samples_signature(data) -> tuple | None:
-    """What a measured step's data are: each array's shape past the batch and type (arrays, dicts of them); None
-    for anything else."""
+def _arrays(data) -> bool:
+    """Whether ``data`` are arrays (tuples, dicts of them), which a step reads the same each time."""
     leaves = data if isinstance(data, (tuple, list)) else (data,)
-    found = []
-    for leaf in leaves:
-        for value in (leaf.values() if isinstance(leaf, dict) else (leaf,)):
-            shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-            if shape is None or dtype is None:
-                return None
-            found.append((tuple(shape[1:]), str(dtype)))
-    return tuple(found)
+    values = [value for leaf in leaves for value in (leaf.values() if isinstance(leaf, dict) else (leaf,))]
+    return all(getattr(value, "shape", None) is not None and getattr(value, "dtype", None) is not None
+               for value in values)
 
 
 def step_meter(model, data, device: str | None, lms_options: dict | None = None) -> tuple[StepMeter | None, str]:

@@ -52,6 +52,9 @@ class LmsStats:
     # device_peak_bytes_without_lms is the device's allocator's reading of a step at this batch that moved nothing
     # (the model's own step: LMS's first step where the traced plan fits), not a replay
     without_lms_measured: bool = False
+    # where device_peak_bytes_without_lms is not LMS's own replay, how it was read: by the allocator in a step that
+    # moved nothing, or from the process's model of the device (core.device_model: explain_fit's steps)
+    without_lms_source: str | None = None
     peak_source: Literal["predicted", "measured"] | None = None
     prediction_source: str | None = None  # what the peak comes from: "executed partition graphs", ...
     lb_counts: Literal["backward ops", "layers"] = "backward ops"

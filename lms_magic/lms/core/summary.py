@@ -89,12 +89,15 @@ def summary_line(stats: LmsStats, words: Words) -> str:
         what += f" on each of {len(several)} devices ({', '.join(several)})"
     peak, without = stats.device_peak_bytes, stats.device_peak_bytes_without_lms
     device = "per-device" if several else words.device
+    read = stats.without_lms_source or "its allocator, in a step that moved nothing"
     if peak is not None and stats.without_lms_measured and stats.peak_source == "measured":  # nothing moved
-        peaks = f"measured {device} peak {peak / MIB:.1f} MiB (its allocator, in a step that moved nothing)"
+        peaks = f"measured {device} peak {peak / MIB:.1f} MiB ({read})"
     elif peak is not None:
         peaks = (f"predicted {device} peak {peak / MIB:.1f} MiB with LMS"
-                 + (f" ({stats.prediction_source}), {without / MIB:.1f} MiB without as measured (its allocator, in a "
-                    "step that moved nothing)" if stats.without_lms_measured else
+                 + (f" ({stats.prediction_source}), {without / MIB:.1f} MiB without as measured ({read})"
+                    if stats.without_lms_measured else
+                    f" ({stats.prediction_source}), {without / MIB:.1f} MiB without ({read})"
+                    if stats.without_lms_source and without is not None else
                     f", {without / MIB:.1f} MiB without ({stats.prediction_source})" if without is not None else
                     f", not predicted without ({stats.prediction_source})"))
     else:

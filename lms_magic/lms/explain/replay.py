@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...units import format_size, parse_bytes
+from ..core.device_model import Correction
 from ..core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, MEASURED_HEADROOM, usable_bytes
 from ..core.prediction import StepPredictor
 from ..core.simulate import collector_paused
 from ..options import whole_number
-from .results import Correction, FitExplanation, FrontierPoint, ModeFit
+from .results import FitExplanation, FrontierPoint, ModeFit
 from .largest import MAX_BATCH, largest_fitting
 
 # name, the tuner's options, and the %%lms_fit line that trains that way
@@ -115,7 +116,7 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                                                         f"which LMS plans in: the {format_size(usable)} it may fill "
                                                         "here, as the measured steps correct the replay")
             if loop is not None and limit is not None:
-                results[-1] = loop.confirm(session, results[-1], tuned, capacity_here, limit)
+                results[-1] = loop.confirm(session, results[-1], tuned, capacity_here, limit, batch_size)
             if tuned.get("lean_ops") and not session.predictors.lean_changes():  # the step without it
                 results[-1] = replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
@@ -124,7 +125,7 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                 fits = None if limit is None else peak_bytes <= limit
                 frontier.append(FrontierPoint(size, name, peak_bytes, step_ratio, fits))
         if correction is not None and correction.measured_bytes is not None:  # the headline says what the rows do
-            plain_bytes = _corrected(session, session.predictor.plain_peak_bytes(batch_size), correction)
+            plain_bytes = _plain_corrected(session, batch_size, correction)
             source = f"{source}, " * bool(source) + "as the plain steps measured below correct it"
         return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
                               session.predictor.caveat, plain_bytes, source, plain_usable, correction,
@@ -151,17 +152,24 @@ def _corrected(session, peak_bytes: int, correction: Correction | None) -> int:
     return peak_bytes if correction is None else correction.applied(peak_bytes, session.predictor.persistent_bytes)
 
 
+def _plain_corrected(session, batch: int, correction: Correction | None) -> int:
+    """A plain step's peak at ``batch``: measured there where a step was (``Correction.plain_at``), else corrected."""
+    peak_bytes = session.predictor.plain_peak_bytes(batch)
+    return peak_bytes if correction is None else correction.plain_at(batch, peak_bytes,
+                                                                      session.predictor.persistent_bytes)
+
+
 def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: int | None,
              usable: int | None, correction: Correction | None = None) -> ModeFit:
     with_lms = bool(magic)
 
     def peak_at(batch: int) -> int:
         if not with_lms:
-            return _corrected(session, session.predictor.plain_peak_bytes(batch), correction)
+            return _plain_corrected(session, batch, correction)
         return _corrected(session, prediction_at(session, with_lms, batch, capacity_bytes).peak_bytes, correction)
 
     peak_bytes, ratio = _predicted(session, with_lms, batch_size, capacity_bytes)
-    peak_bytes = _corrected(session, peak_bytes, correction)
+    peak_bytes = peak_at(batch_size) if not with_lms else _corrected(session, peak_bytes, correction)
     if usable is None:
         return ModeFit(name, peak_bytes, None, None, ratio, magic)
     # the peak grows about linearly with the batch: the guess from the batch asked for, past the weights

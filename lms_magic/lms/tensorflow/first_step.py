@@ -18,6 +18,7 @@ import time
 from ... import internals
 from ...units import format_size
 from ..backend import Action
+from ..core import device_model
 from ..core.costs import extra_copies_s
 from ..core.plan import BudgetError, Plan, Rule
 from ..core.scratch import chunk_excess
@@ -131,7 +132,8 @@ class FirstStepChecks:
         note = self.planner.measured(step_bytes, self._plan, source)
         stats = self.stats
         if self._ran_own_step():  # the device's own reading of the step without LMS, at this batch
-            stats.update(device_peak_bytes_without_lms=stats.measured_step_peak_bytes, without_lms_measured=True)
+            stats.update(device_peak_bytes_without_lms=stats.measured_step_peak_bytes, without_lms_measured=True,
+                         without_lms_source="its allocator, in a step that moved nothing")
             if note is None:
                 stats.update(device_peak_bytes=stats.measured_step_peak_bytes, peak_source="measured")
         if note is None:
@@ -184,7 +186,7 @@ class FirstStepChecks:
                                     f"replayed ({type(error).__name__}: {error})")
             return Action.KEEP
         if not self.stats.without_lms_measured:  # a plain step measured at this batch stands over any replay
-            self.stats.update(device_peak_bytes_without_lms=without_lms["bytes"])
+            self._figure_without_lms(without_lms["bytes"])
         self.stats.update({"peak_without_lms": without_lms,
                            "prediction_source": "executed partition graphs" + (
                                ", without XLA" if internals.jit_compile_requested(self.model) else ""),
@@ -216,6 +218,27 @@ class FirstStepChecks:
                 partitions, self.stats.devices, self.step, self._persistent(), self._layer_of, self._optimizer_scope())
             self.stats.notes += notes
         return action
+
+    def _figure_without_lms(self, replayed_bytes: int) -> None:
+        """The step's figure without LMS as the process's model of the device has it (``core.device_model``: the
+        plain steps ``explain_fit`` measured on this device, model and data), so that LMS, the dashboard and
+        ``explain_fit`` say one figure: the plain step measured at this batch, else the replay as those steps correct
+        it, else the replay (``replayed_bytes``)."""
+        stats = self.stats
+        kept = device_model.find(self.model, device_model.setup_key(
+            self.model, self.device, device_model.sample_shapes(self.batch_shapes)))
+        step = None if kept is None else kept.steps.get(device_model.PLAIN, {}).get(stats.batch_size)
+        correction = None if kept is None else kept.correction
+        if step is not None and step.step_bytes is not None:
+            stats.update(device_peak_bytes_without_lms=self._persistent_bytes() + step.step_bytes, without_lms_measured=True,
+                         without_lms_source=f"a plain step explain_fit measured at this batch, in "
+                                            f"{correction.source if correction is not None else 'its allocator'}")
+        elif correction is not None and correction.measured_bytes is not None:
+            stats.update(device_peak_bytes_without_lms=correction.applied(replayed_bytes, self._persistent_bytes()),
+                         without_lms_source=f"the replay's {format_size(replayed_bytes)} as explain_fit's measured "
+                                            "plain steps correct it")
+        else:
+            stats.update(device_peak_bytes_without_lms=replayed_bytes)
 
     def _executed_peaks(self, partitions, with_lms: bool = True, without_lms: bool = True):
         """``executed.executed_peaks`` of ``partitions``, reading the probe's ExecutedStep where it holds them."""

@@ -169,7 +169,7 @@ def test_a_fixed_part_is_drawn_only_where_the_two_steps_ratios_differ_beyond_the
     5.0; steps at 3 held 2.74 MiB where the replay had 3.75): the ratios 0.73 and 0.82 are within a step's noise,
     so one ratio fits both and batch 3 is within 10%; the line through them was 1.22x there. Where the kernels'
     scratch is a real fixed part (2.35x and 3.1x the replay), the line is kept and holds at a third batch."""
-    from lms_magic.lms.explain.results import Correction
+    from lms_magic.lms.core.device_model import Correction
 
     MiB = 2**20
     noisy = Correction.through(8, int(7.2 * MiB), int(9.8 * MiB), "CPU:0", (4, int(4.1 * MiB), 5 * MiB))
@@ -237,7 +237,7 @@ def test_a_budget_in_the_replays_bytes_says_what_it_holds_on_the_device(simulate
     replay's bytes, which is what LMS then reports planning to fill: the line says so, and what it is on the
     device, so the two answers read as one."""
     from lms_magic import explain_fit
-    from lms_magic.lms.explain.results import Correction
+    from lms_magic.lms.core.device_model import Correction
     from lms_magic.sizing import explain_fit as explain_module
     from lms_magic.units import format_size
     from tests.models import images, reference_cnn_small
@@ -251,9 +251,43 @@ def test_a_budget_in_the_replays_bytes_says_what_it_holds_on_the_device(simulate
     budget = lms.magic.rsplit(" ", 1)[1]
     assert lms.magic.startswith("%%lms_fit --budget ") and budget.endswith("MiB"), lms
     assert int(budget[:-3]) * 2**20 < found.usable_bytes  # smaller than the device's usable share: the replay's
-    assert lms.note == (f"--budget {budget} is in the replay's bytes, which LMS plans in: the "
-                        f"{format_size(found.usable_bytes)} it may fill here, as the measured steps correct the replay")
+    assert lms.note.startswith(f"--budget {budget} is in the replay's bytes, which LMS plans in: the "
+                               f"{format_size(found.usable_bytes)} it may fill here, as the measured steps correct "
+                               "the replay"), lms.note
     assert lms.note in str(found)
+
+
+def test_lms_after_explain_fit_gives_the_figure_without_it_that_explain_fit_measured(simulated):
+    """One model of the device: a fit with LMS after explain_fit on the same model, device and data says, without
+    LMS, the plain step explain_fit measured at its batch (not its own replay), and at another batch its replay as
+    the same measured steps correct it; the way with LMS at the batch asked is held to LMS's own steps."""
+    import keras
+
+    from lms_magic import LMS, explain_fit
+    from tests.models import images, reference_cnn_small
+
+    model, data = reference_cnn_small(), images(64, 32)
+    found = explain_fit(model, data, batch_size=8, modes=("without LMS", "LMS"), min_bytes=0)
+    plain, with_lms = found.modes
+    assert found.correction is not None and found.correction.batch_size == 8, found
+    budget = found.peak["bytes"] // 2  # in the replay's bytes: LMS moves tensors
+    lms = LMS(verbose=0, budget=budget, min_bytes=0)
+    model.fit(*data, batch_size=8, epochs=1, verbose=0, callbacks=[lms])
+    stats = lms.stats
+    assert stats.swapped_tensors > 0, lms.summary()
+    assert stats.without_lms_measured and stats.device_peak_bytes_without_lms == plain.peak_bytes, (stats, found)
+    assert "a plain step explain_fit measured at this batch" in lms.summary()
+    other = LMS(verbose=0, budget=budget * 3 // 4, min_bytes=0)
+    model.fit(*data, batch_size=6, epochs=1, verbose=0, callbacks=[other])
+    stats = other.stats
+    replayed = stats.peak_without_lms["bytes"]
+    assert not stats.without_lms_measured and "as explain_fit's measured plain steps correct it" in \
+        stats.without_lms_source, other.summary()
+    assert stats.device_peak_bytes_without_lms == found.correction.applied(replayed, stats.persistent_bytes)
+    # LMS's way at the batch asked: its own steps' figure, not the plain steps' correction
+    assert with_lms.confirmed is not None and (f"its step at batch 8 measured" in with_lms.note
+                                               or "as its step at" in with_lms.note), with_lms
+    keras.backend.clear_session()
 
 
 def test_a_step_with_lms_that_cannot_be_read_leaves_its_way_predicted_and_says_why(simulated, tmp_path):

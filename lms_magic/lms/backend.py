@@ -73,6 +73,9 @@ class Framework:
     tuner_refusal: str | None = None  # why %lms_tune does not run on this framework, or None where it does
     predictor_unavailable: dict[str, str] = {}  # option -> why the predictor (explain_fit) does not predict it
     trials_measure_peak = False  # whether a measured trial on a GPU reads the allocator's peak (else the prediction)
+    # whether LMS plans for the device's budget as the steps measured on it correct the replay (core.device_model):
+    # then explain_fit's %%lms_fit line needs no budget in the replay's bytes
+    plans_by_device_model = False
     unavailable: dict[str, str] = {}  # option -> why it is not honoured (noted in the stats, refused by the tuner)
 
     @staticmethod

@@ -35,6 +35,8 @@ LINE_APART = 0.25
 # fits both: repeated measures of one batch in one process differ by up to 15% (the tests' causal LM at batch 6),
 # and a fixed part made of that noise is off by more than it at batches outside the two
 RATIOS_APART = 0.15
+# a budget in the replay's bytes is planned for where it is this share under the device's: closer, the two are one
+BUDGET_APART = 0.01
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,20 @@ class Correction:
             return persistent_bytes + measured[batch_size]
         return self.applied(peak_bytes, persistent_bytes)
 
+    def replay_budget(self, device_bytes: int, persistent_bytes: int) -> int | None:
+        """The budget in the replay's bytes whose plans the device holds within ``device_bytes``, where the steps
+        say it holds more than the replay there (by more than ``BUDGET_APART``); else None (plan for it as is).
+
+        Example:
+            >>> line = Correction(8, 120, 100, 1.2, "GPU:0")
+            >>> line.replay_budget(1200, 0), Correction(8, 100, 100, 1.0, "GPU:0").replay_budget(1200, 0)
+            (1000, None)
+        """
+        if self.measured_bytes is None:
+            return None
+        budget = self.replayed(device_bytes, persistent_bytes)
+        return budget if persistent_bytes < budget < device_bytes * (1 - BUDGET_APART) else None
+
     def replayed(self, device_bytes: int, persistent_bytes: int) -> int:
         """The replayed peak the device holds as ``device_bytes`` (``applied``'s inverse)."""
         return persistent_bytes + int((device_bytes - persistent_bytes - self.fixed_bytes) / self.ratio)
@@ -147,16 +163,22 @@ class MeasuredDevice:
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def setup_key(model, device: str | None, samples: tuple | None) -> tuple | None:
+def model_flags(model) -> tuple:
+    """The model's optimizer (by identity), dtype policy and compile flags, as :func:`setup_key` keys them (read
+    before a fit whose steps set XLA off while they are traced)."""
+    return (id(getattr(model, "optimizer", None)), str(getattr(model, "dtype_policy", "")),
+            getattr(model, "jit_compile", None), getattr(model, "run_eagerly", None))
+
+
+def setup_key(model, device: str | None, samples: tuple | None, flags: tuple | None = None) -> tuple | None:
     """What a step's peak rests on besides the model object and the batch: the device, the model's variables
-    (shapes, types, trainable), its optimizer, policy and compile flags, and the data's sample shapes
-    (:func:`sample_shapes`); None where the samples are not known (nothing is kept then)."""
+    (shapes, types, trainable), its optimizer, policy and compile flags (``flags``, else read now:
+    :func:`model_flags`), and the data's sample shapes (:func:`sample_shapes`); None where the samples are not
+    known (nothing is kept then)."""
     if samples is None or device is None:
         return None
     variables = tuple((tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.weights)
-    flags = (id(getattr(model, "optimizer", None)), str(getattr(model, "dtype_policy", "")),
-             getattr(model, "jit_compile", None), getattr(model, "run_eagerly", None))
-    return device, variables, flags, samples
+    return device, variables, flags if flags is not None else model_flags(model), samples
 
 
 def measured_device(model, key: tuple) -> MeasuredDevice:
@@ -206,5 +228,5 @@ def sample_shapes(data) -> tuple | None:
     return tuple(found) if walk(data) else None
 
 
-__all__ = ["PLAIN", "Correction", "MeasuredDevice", "find", "lms_way", "measured_device", "sample_shapes",
-           "setup_key"]
+__all__ = ["PLAIN", "Correction", "MeasuredDevice", "find", "lms_way", "measured_device", "model_flags",
+           "sample_shapes", "setup_key"]

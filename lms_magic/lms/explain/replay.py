@@ -16,6 +16,7 @@ from ..core.device_model import Correction
 from ..core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, MEASURED_HEADROOM, usable_bytes
 from ..core.prediction import StepPredictor
 from ..core.simulate import collector_paused
+from ..framework import framework
 from ..options import whole_number
 from .results import FitExplanation, FrontierPoint, ModeFit
 from .largest import MAX_BATCH, largest_fitting
@@ -93,9 +94,18 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
             plain = session.predictor.explain(0, 1, batch_size)
         # LMS plans in the replay's bytes: where the allocator holds more, against a budget smaller by as much
         plan_budget = _plan_budget(session, usable, correction)
-        # a capacity LMS would not find by itself: its lines carry the budget it leaves (in whole MiB, at or under)
-        carried = _whole_units(usable) if plan_budget is None and budget is None and capacity is not None and \
-            usable and capacity_bytes != device_capacity(options) else None
+        # LMS itself plans so (TensorFlow's reads the same measured steps): its line carries the device's bytes
+        by_device_model = plan_budget is not None and framework().plans_by_device_model
+        # a capacity LMS would not find by itself, or the budget asked for: its lines carry the budget it leaves
+        # (in whole MiB, at or under)
+        carried = _whole_units(usable) if (plan_budget is None or by_device_model) and usable and (
+            budget is not None and by_device_model
+            or budget is None and capacity is not None and capacity_bytes != device_capacity(options)) else None
+        if by_device_model and carried:  # what LMS will plan for: the carried budget as the steps correct it
+            plan_budget = correction.replay_budget(carried[0], session.predictor.persistent_bytes)
+            by_device_model = plan_budget is not None
+        elif plan_budget is not None and not by_device_model:  # the line carries it: whole MiB
+            plan_budget = plan_budget >> 20 << 20
         plan_capacity = capacity_bytes if plan_budget is None else int(plan_budget / (1 - CAPACITY_HEADROOM))
         for name, tuned, magic in chosen:
             refused = next((session.unavailable[option] for option in tuned if option in session.unavailable), "")
@@ -105,13 +115,16 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
             session.set_options(lean_ops=tuned.get("lean_ops", False), recompute=tuned.get("recompute", False))
             limit, capacity_here = (usable if magic else plain_usable), plan_capacity
             if magic and plan_budget is not None:  # what the plans' budget holds on the device
-                magic, tuned = f"{magic} --budget {plan_budget >> 20}MiB", {**tuned, "budget": plan_budget}
                 limit, capacity_here = _corrected(session, _within(plan_budget), correction), _capacity(plan_budget)
+                if by_device_model and carried:  # in the device's bytes: LMS corrects it as these steps do
+                    magic, tuned = f"{magic} --budget {carried[1]}", {**tuned, "budget": carried[0]}
+                elif not by_device_model:
+                    magic, tuned = f"{magic} --budget {plan_budget >> 20}MiB", {**tuned, "budget": plan_budget}
             elif magic and carried:  # the budget LMS is told, in whole units
                 magic, tuned = f"{magic} --budget {carried[1]}", {**tuned, "budget": carried[0]}
                 limit, capacity_here = _within(carried[0]), _capacity(carried[0])
             results.append(mode_fit(session, name, magic, batch_size, capacity_here, limit, correction))
-            if magic and plan_budget is not None:  # the dashboard then names the same budget: say what it is
+            if magic and plan_budget is not None and not by_device_model:  # the dashboard names it: say what it is
                 results[-1] = replace(results[-1], note=f"--budget {plan_budget >> 20}MiB is in the replay's bytes, "
                                                         f"which LMS plans in: the {format_size(usable)} it may fill "
                                                         "here, as the measured steps correct the replay")
@@ -208,12 +221,11 @@ def _capacity(budget_bytes: int) -> int:
 
 
 def _plan_budget(session, usable: int | None, correction: Correction | None) -> int | None:
-    """The budget, in the replay's bytes and whole MiB, whose plans the allocator holds within ``usable``, where
-    measured steps say the device holds more than the replay there; else None."""
+    """The budget, in the replay's bytes, whose plans the allocator holds within ``usable``, where measured steps
+    say the device holds more than the replay there; else None."""
     if usable is None or correction is None:
         return None
-    budget = correction.replayed(usable, session.predictor.persistent_bytes)
-    return budget >> 20 << 20 if budget < usable else None
+    return correction.replay_budget(usable, session.predictor.persistent_bytes)
 
 
 def _whole_units(size: int) -> tuple[int, str]:

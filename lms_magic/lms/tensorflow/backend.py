@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from ... import internals
 from .. import samples as _samples
+from ..core import device_model
 from ..core.plan import Plan
 from ..core.scratch import kernel_scratch
 from ..core.simulate import collector_paused
@@ -59,7 +60,9 @@ class TensorFlowBackend(FirstStepChecks):
     def __init__(self, model, options: LmsOptions, stats: LmsStats):
         self.model, self.options, self.stats = model, options, stats
         self._layer_of = _rewrite_ops.layer_resolver(model)
-        self.planner = TracePlanner(options, stats, self._layer_of, self._elsewhere, self._persistent_bytes)
+        self.planner = TracePlanner(options, stats, self._layer_of, self._elsewhere, self._persistent_bytes,
+                                    self._measured_device)
+        self._model_flags = device_model.model_flags(model)  # before the steps set XLA off while traced
         self._lean = _lean.LeanOps(model) if options.lean_ops else None
         if self._lean is not None:
             stats.lean_layers = len(self._lean.layers)
@@ -180,6 +183,12 @@ class TensorFlowBackend(FirstStepChecks):
 
     def _persistent_bytes(self) -> int:
         return sum(tensor.nbytes for tensor in self._persistent())
+
+    def _measured_device(self):
+        """What the process measured of this model on this device with these data (``core.device_model``: the
+        plain steps ``explain_fit`` ran), read once the first trace saw the batch; None where nothing was."""
+        return device_model.find(self.model, device_model.setup_key(
+            self.model, self.device, device_model.sample_shapes(self.batch_shapes), self._model_flags))
 
     def _optimizer_scope(self) -> str | None:
         return getattr(getattr(self.model, "optimizer", None), "name", None)

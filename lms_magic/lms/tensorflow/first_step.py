@@ -225,8 +225,7 @@ class FirstStepChecks:
         ``explain_fit`` say one figure: the plain step measured at this batch, else the replay as those steps correct
         it, else the replay (``replayed_bytes``)."""
         stats = self.stats
-        kept = device_model.find(self.model, device_model.setup_key(
-            self.model, self.device, device_model.sample_shapes(self.batch_shapes)))
+        kept = self._measured_device()
         step = None if kept is None else kept.steps.get(device_model.PLAIN, {}).get(stats.batch_size)
         correction = None if kept is None else kept.correction
         if step is not None and step.step_bytes is not None:

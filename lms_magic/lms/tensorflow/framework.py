@@ -20,6 +20,7 @@ class TensorFlowFramework(Framework):
     name = "tensorflow"
     version_modules = ("tensorflow",)
     trials_measure_peak = True  # on a GPU, TensorFlow's allocator peak is reset between trials
+    plans_by_device_model = True  # the planner reads explain_fit's measured steps (planner.use_device_model)
     unavailable: dict[str, str] = {}
 
     @staticmethod

@@ -96,3 +96,15 @@ def probe_kept(swapped: int, planned: int, extra_s: float, steps_left: int, retr
     return (f"the first step's {swapped} swaps stand (the plan would move {planned}): their extra copies add about "
             f"{extra_s:.1f} s over the {steps_left} steps left by the step-time model, a second trace about "
             f"{retrace_s:.1f} s")
+
+
+def planned_as_measured(allowed_bytes: int, budget_bytes: int, device_share: bool, source: str) -> str:
+    """The note where LMS plans for the device's budget as the plain steps measured on it correct the replay.
+
+    Example:
+        >>> planned_as_measured(16 * 2**20, 12 * 2**20, True, "TensorFlow's allocator on CPU:0")
+        "planned for 12.0 MiB in the replay's bytes: the 16.0 MiB usable of the device, as the plain steps explain_fit measured in TensorFlow's allocator on CPU:0 correct the replay"
+    """
+    what = "usable of the device" if device_share else "budget"
+    return (f"planned for {format_size(budget_bytes)} in the replay's bytes: the {format_size(allowed_bytes)} {what}, "
+            f"as the plain steps explain_fit measured in {source} correct the replay")

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ...units import format_size
 from ..core.replan import budget_after_measuring
-from ..core.plan import PEAK_TOLERANCE, PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps
+from ..core.plan import PEAK_TOLERANCE, PLANNED, TRUSTED_FIT, BudgetError, Plan, Rule, plan_swaps, usable_bytes
 from ..core.scratch import KernelScratch
 from ..core.stats import LmsStats
 from ..options import LmsOptions
@@ -69,11 +69,16 @@ class TracePlanner:
         layer_of: the model's op name -> (layer, layer type) resolver (``rewrite.layer_resolver``).
         elsewhere: the host device, and the devices of the other replicas (their buffers are not counted).
         persistent_bytes: the weights and optimizer state's bytes, read when a plan is made.
+        measured_device: what the process measured of this model on this device with these data
+            (``core.device_model.MeasuredDevice``, or None), read when the first plan is made.
     """
 
     def __init__(self, options: LmsOptions, stats: LmsStats, layer_of, elsewhere: tuple,
-                 persistent_bytes: Callable[[], int]):
+                 persistent_bytes: Callable[[], int], measured_device: Callable[[], object] = lambda: None):
         self.selection, self.lb, self.budget_bytes = options.selection, options.lb, options.budget_bytes
+        # what the device may hold, where the plans' budget is in the replay's bytes for it (use_device_model)
+        self.allowed_bytes: int | None = None
+        self._measured_device: Callable[[], object] | None = measured_device
         self.recompute = options.recompute
         self.order_backward = options.order_backward and options.recompute is False
         if options.order_backward and not self.order_backward:
@@ -143,7 +148,8 @@ class TracePlanner:
         (``core.replan``), and the note of the re-plan; else None."""
         stats = self.stats
         persistent, predicted = self.record_measured(step_bytes, source)
-        allowed = plan.budget_bytes if plan is not None else None
+        allowed = self.allowed_bytes if self.allowed_bytes is not None else \
+            plan.budget_bytes if plan is not None else None
         budget = budget_after_measuring(allowed, persistent, predicted, step_bytes)
         if budget is None or stats.replanned or not self.searched(plan):
             return None
@@ -169,10 +175,29 @@ class TracePlanner:
         except BudgetError as error:
             raise BudgetError(f"LMS: {error}") from None
 
+    def use_device_model(self) -> None:
+        """Where the process's model of the device holds plain steps measured on this model, device and data
+        (``core.device_model``: ``explain_fit``'s) and they say the device holds more than the replay, the device's
+        budget (the one asked for, else the usable share of its capacity) is planned for as the replay holds it,
+        as ``explain_fit`` predicted it: every answer reads one model. Read once, before the first plan."""
+        measured, self._measured_device = (self._measured_device or (lambda: None))(), None
+        correction = getattr(measured, "correction", None)
+        capacity = self.stats.capacity_bytes
+        allowed = self.budget_bytes if self.budget_bytes is not None else usable_bytes(capacity) if capacity else None
+        budget = None if correction is None or allowed is None else \
+            correction.replay_budget(allowed, self._persistent_bytes())
+        if budget is None:
+            return
+        self.allowed_bytes, self.budget_bytes = allowed, budget
+        self.stats.notes.append(_messages.planned_as_measured(allowed, budget, self.stats.budget_bytes is None,
+                                                              correction.source))
+
     def plan(self, ops, data, graph=None, budget_fallback: bool = False) -> TracedPlan:
         """Finds the candidates of a traced step (ops of ``graph`` from ``ops[0]`` on: its backward pass ordered
         where that lowers the predicted peak) and makes the first plan, on the traced graph (``budget_fallback``:
         where the budget is out of reach, the lowest peak with a note)."""
+        if self._measured_device is not None:
+            self.use_device_model()
         batch = self.batch_size(data)
         candidates, notes = self.candidates(ops, batch)
         notes = list(notes)

@@ -232,29 +232,32 @@ def test_explain_fit_and_largest_batch_tell_one_story_on_the_simulated_device(si
     assert chosen.explanation.modes[0].confirmed.batch_size == confirmed.batch_size and fits == [], (chosen, fits)
 
 
-def test_a_budget_in_the_replays_bytes_says_what_it_holds_on_the_device(simulated, monkeypatch):
-    """Where the measured steps say the device holds more than the replay, the LMS line carries a budget in the
-    replay's bytes, which is what LMS then reports planning to fill: the line says so, and what it is on the
-    device, so the two answers read as one."""
-    from lms_magic import explain_fit
+def test_lms_plans_for_the_budget_on_the_device_as_explain_fits_steps_correct_the_replay(simulated, monkeypatch):
+    """Where the measured steps say the device holds more than the replay, explain_fit's LMS line carries the
+    budget in the device's bytes, and LMS, reading the same measured steps, plans for it in the replay's bytes
+    as explain_fit predicted: no budget in two units."""
+    from lms_magic import LMS, explain_fit
     from lms_magic.lms.core.device_model import Correction
     from lms_magic.sizing import explain_fit as explain_module
     from lms_magic.units import format_size
     from tests.models import images, reference_cnn_small
 
-    # a device that holds twice what the replay says, at any batch
-    monkeypatch.setattr(explain_module, "_correction", lambda session, meter, batch, capacity, limit: Correction(
-        batch, 2 * 2**20, 2**20, 2.0, "a fake allocator"))
-    found = explain_fit(reference_cnn_small(), images(64, 32), batch_size=64, capacity="64MiB",
-                        modes=("without LMS", "LMS"))
+    def twice(session, meter, batch, capacity, limit):  # a device that holds twice what the replay says
+        found = Correction(batch, 2 * 2**20, 2**20, 2.0, "a fake allocator")
+        meter.measured_device().correction = found
+        return found
+
+    monkeypatch.setattr(explain_module, "_correction", twice)
+    model, data = reference_cnn_small(), images(64, 32)
+    found = explain_fit(model, data, batch_size=64, capacity="64MiB", modes=("without LMS", "LMS"))
     lms = found.modes[1]
-    budget = lms.magic.rsplit(" ", 1)[1]
-    assert lms.magic.startswith("%%lms_fit --budget ") and budget.endswith("MiB"), lms
-    assert int(budget[:-3]) * 2**20 < found.usable_bytes  # smaller than the device's usable share: the replay's
-    assert lms.note.startswith(f"--budget {budget} is in the replay's bytes, which LMS plans in: the "
-                               f"{format_size(found.usable_bytes)} it may fill here, as the measured steps correct "
-                               "the replay"), lms.note
-    assert lms.note in str(found)
+    assert lms.magic == "%%lms_fit --budget 51MiB" and "replay's bytes" not in str(found), found  # 80% of 64 MiB
+    callback = LMS(verbose=0, budget="51MiB")
+    model.fit(*data, batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+    replayed = found.correction.replayed(51 * 2**20, callback.stats.persistent_bytes)
+    note = next(note for note in callback.stats.notes if note.startswith("planned for "))
+    assert note.startswith(f"planned for {format_size(replayed)} in the replay's bytes: the 51.0 MiB budget, as the "
+                           "plain steps explain_fit measured in a fake allocator correct the replay"), note
 
 
 def test_lms_after_explain_fit_gives_the_figure_without_it_that_explain_fit_measured(simulated):

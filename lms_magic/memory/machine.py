@@ -4,6 +4,7 @@ oneDNN size their buffers by the CPU), so every figure measured on a CPU names i
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 VECTORS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))
@@ -38,11 +39,14 @@ def cpu_name() -> str:
         True
     """
     fallback = platform.processor() or platform.machine() or "an unknown CPU"
+    # oneDNN told to use fewer vector extensions than the CPU has: its kernels are those of such a CPU
+    held = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    suffix = f" (oneDNN held to {held})" if held else ""
     try:
         with open("/proc/cpuinfo") as info:
-            return describe_cpu(info.read(), fallback)
+            return describe_cpu(info.read(), fallback) + suffix
     except OSError:
-        return fallback
+        return fallback + suffix
 
 
 __all__ = ["cpu_name", "describe_cpu"]

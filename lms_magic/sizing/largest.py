@@ -93,8 +93,10 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
                             f"batch ({lms_best})", found)
     ladder = sorted({int(plain_best + (lms_best - plain_best) * k / LADDER_POINTS) for k in range(1, LADDER_POINTS + 1)})
     budget = lms.magic.partition("--budget ")[2] or budget  # where a measured step corrected the plans
+    # the ladder's step times predicted for the plans LMS will make: for what it plans to fill, in the replay's bytes
+    planned = found.plan_budget_bytes if found.plan_budget_bytes is not None else budget
     frontier = explain_fit(model, data, batch_size=batch_size, capacity=found.capacity_bytes, modes=("LMS",),
-                           batch_sizes=ladder, speed_target=speed, confirm=False, budget=budget or None, **options)
+                           batch_sizes=ladder, speed_target=speed, confirm=False, budget=planned or None, **options)
     fast = [point for point in frontier.frontier if point.batch_size <= lms_best and point.step_ratio is not None
             and point.step_ratio <= 1 / speed]
     if not fast:

@@ -142,7 +142,7 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
             source = f"{source}, " * bool(source) + "as the plain steps measured below correct it"
         return FitExplanation(batch_size, capacity_bytes, usable, plain, results, frontier, speed_target,
                               session.predictor.caveat, plain_bytes, source, plain_usable, correction,
-                              "" if loop is None else loop.unmeasured)
+                              "" if loop is None else loop.unmeasured, plan_budget)
 
 
 def prediction_at(session, with_lms: bool, batch: int, capacity_bytes: int | None):

@@ -57,6 +57,8 @@ class FitExplanation:
     plain_usable_bytes: int | None = None  # what the step without LMS may fill, where not usable_bytes
     correction: Correction | None = None  # the measured step the figures are corrected by (None: not measured)
     unmeasured: str = ""  # why no step was measured, where one was asked for by default
+    # what LMS plans to fill, in the replay's bytes, where the measured steps say the device holds more (else None)
+    plan_budget_bytes: int | None = None
 
     @property
     def plain_limit_bytes(self) -> int | None:

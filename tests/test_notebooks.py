@@ -61,6 +61,7 @@ def test_lms_demo_shows_the_win_then_the_seed_experiment_headless(tmp_path, caps
     figures = [d for d in outputs if "application/vnd.plotly.v1+json" in d]
     assert len(figures) >= 4 and all("plotly-graph-div" in d["text/html"] for d in figures)
     page = (tmp_path / "lms_demo.html").read_text()
+    assert '"measured device peak"' in page  # the bars show the headline's measured pair
     # visible offline, each dashboard on its own: plotly.js inline once in each of the two cells with figures
     assert 'src="https://cdn.plot.ly' not in page and page.count('class="plotly-graph-div"') >= 8
     assert page.count("plotly.js v") == 2 and "lms-magic-headline" in page

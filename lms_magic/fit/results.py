@@ -145,16 +145,33 @@ def device_peaks(lms: VariantResult, plain: VariantResult | None) -> tuple[str, 
     if plain is not None and len(measured) == 2 and None not in measured:
         return "device peak", measured[0], measured[1]
     stats = lms.lms_stats
-    without = stats.get("device_peak_bytes_without_lms")
+    measured, with_lms, without = lms_peaks(stats)
     if without is None and plain is not None and plain.status == "ok":
         without = _gpu_allocator_peak(plain)
-    held = checked_step_held(stats)
-    if stats.get("without_lms_measured") and held is not None:  # both steps read on the device: measured to measured
-        return "device peak", held[0], without
+    if measured:
+        return "device peak", with_lms, without
     label = "predicted device peak" if stats.get("peak_source") == "predicted" else "device peak"
     if len(stats.get("devices") or ()) > 1:  # a distribution strategy's replicas: each device's figure
         label = label.replace("device peak", "per-device peak")
-    return label, stats.get("device_peak_bytes"), without
+    return label, with_lms, without
+
+
+def lms_peaks(stats: dict) -> tuple[bool, int | None, int | None]:
+    """LMS's own figures of the device peak: (both measured, with LMS, without). Both read on the device where LMS's
+    checked step and a plain step at its batch were (the latter by ``explain_fit``, or LMS's own step that moved
+    nothing), else LMS's figures as they stand (predicted, or measured where nothing moved).
+
+    Example:
+        >>> lms_peaks({"device_peak_bytes": 5, "device_peak_bytes_without_lms": 9})
+        (False, 5, 9)
+        >>> lms_peaks({"device_peak_bytes": 5, "predicted_step_peak_bytes": 5, "measured_step_peak_bytes": 7,
+        ...            "device_peak_bytes_without_lms": 9, "without_lms_measured": True})
+        (True, 7, 9)
+    """
+    held = checked_step_held(stats)
+    if stats.get("without_lms_measured") and held is not None:
+        return True, held[0], stats.get("device_peak_bytes_without_lms")
+    return False, stats.get("device_peak_bytes"), stats.get("device_peak_bytes_without_lms")
 
 
 def _gpu_allocator_peak(variant: VariantResult) -> int | None:

@@ -198,16 +198,18 @@ def memory_bars_figure(variants):
     for variant in variants:
         label = variant.name if variant.status == "ok" else f"{variant.name}: {variant.status.upper()}"
         values = {name: get(variant) for name, get in device_rows} if variant.status == "ok" else {}
-        if predicted:  # both from LMS's replay; under a distribution strategy, each device's
-            values.update(_predicted_peaks(lms.lms_stats, with_lms=variant.name == "lms"))
+        if predicted:  # LMS's figures, as the headline gives them; under a distribution strategy, each device's
+            values.update(_lms_peaks(lms.lms_stats, with_lms=variant.name == "lms"))
         device[label] = {name: value for name, value in values.items() if value is not None}
         rss = variant.memory.host.peak_bytes if variant.status == "ok" and variant.memory.host else None
         host[label] = {} if rss is None else {"host RSS": rss}
     budget = lms.lms_stats.get("budget_bytes") if lms is not None else None
     device_unit = size_unit([v for values in device.values() for v in values.values()] + [budget])
     host_unit = size_unit([v for values in host.values() for v in values.values()])
-    measured = any(not name.startswith("predicted") for values in device.values() for name in values)
-    sources = " and ".join(["measured"] * measured + ["predicted by LMS's replay"] * predicted) or "none read"
+    names = {name for values in device.values() for name in values}
+    measured = any(not name.startswith("predicted") for name in names)
+    replayed = any(name.startswith("predicted") for name in names)
+    sources = " and ".join(["measured"] * measured + ["predicted by LMS's replay"] * replayed) or "none read"
     figure = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=(
         f"device peak ({device_unit[1]}, {sources})", f"host peak ({host_unit[1]}, measured RSS)"))
     for column, side, (unit, _) in ((1, device, device_unit), (2, host, host_unit)):
@@ -224,21 +226,26 @@ def memory_bars_figure(variants):
     return figure
 
 
-def _predicted_peaks(stats: dict, with_lms: bool) -> dict:
-    """LMS's predicted device peak with it or without, as bars: one, or one a device where it relieved several.
+def _lms_peaks(stats: dict, with_lms: bool) -> dict:
+    """LMS's device peak with it or without, as bars: the figure the headline gives (``fit.results.lms_peaks``:
+    measured where LMS's checked step and a plain step at its batch were read on the device, else predicted), or
+    one a device where it relieved several.
 
     Example:
-        >>> _predicted_peaks({"device_peak_bytes": 5, "device_peaks": {}}, with_lms=True)
+        >>> _lms_peaks({"device_peak_bytes": 5, "device_peaks": {}}, with_lms=True)
         {'predicted device peak': 5}
-        >>> _predicted_peaks({"device_peaks": {"/GPU:0": {"with_lms": 5, "without_lms": 9},
-        ...                                     "/GPU:1": {"with_lms": 6, "without_lms": 9}}}, with_lms=False)
+        >>> _lms_peaks({"device_peaks": {"/GPU:0": {"with_lms": 5, "without_lms": 9},
+        ...                               "/GPU:1": {"with_lms": 6, "without_lms": 9}}}, with_lms=False)
         {'predicted peak, /GPU:0': 9, 'predicted peak, /GPU:1': 9}
     """
+    from ..fit.results import lms_peaks
+
     by_device = stats.get("device_peaks") or {}
     key = "with_lms" if with_lms else "without_lms"
     if len(by_device) > 1:
         return {f"predicted peak, {device}": peaks[key] for device, peaks in by_device.items()}
-    return {"predicted device peak": stats.get("device_peak_bytes" if with_lms else "device_peak_bytes_without_lms")}
+    measured, with_bytes, without_bytes = lms_peaks(stats)
+    return {f"{'measured' if measured else 'predicted'} device peak": with_bytes if with_lms else without_bytes}
 
 
 _COLOURS = ("#636efa", "#ef553b")  # plotly's first two: a variant keeps its colour on both sides

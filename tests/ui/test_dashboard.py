@@ -25,7 +25,7 @@ def test_dashboard_leads_with_what_lms_bought_and_shows_both_variants(fit_shell,
     device = [t for t in bars.data if t.xaxis == "x"]
     host = [t for t in bars.data if t.xaxis == "x2"]
     assert [t.name for t in device] == ["no_lms", "lms"] == [t.name for t in host]
-    assert list(device[1].x) == ["predicted device peak"] and list(host[1].x) == ["host RSS"]
+    assert list(device[1].x) == list(device[0].x) and list(host[1].x) == ["host RSS"]  # the headline's pair
     assert device[1].y[-1] < device[0].y[-1]  # LMS's predicted device peak is the lower one
     titles = [a.text for a in bars.layout.annotations]
     assert titles[0].startswith("device peak (") and "predicted by LMS's replay" in titles[0]

@@ -115,28 +115,46 @@ class _ClosedLoop:
             return replace(found, note="; ".join(filter(None, (found.note, f"not confirmed: {error}"))))
         return _by_own_steps(session, found, batch_size, capacity_bytes, limit) if found.magic else found
 
+    def held(self, session, found: ModeFit, batch_size: int, capacity_bytes: int | None) -> int | None:
+        """A way with LMS at another batch (the frontier's) as its own measured steps say, or None."""
+        own = own_figure(session, found, batch_size, capacity_bytes) if found.magic else None
+        return None if own is None else own[0]
+
 
 def _by_own_steps(session, found: ModeFit, batch_size: int, capacity_bytes: int | None, limit: int) -> ModeFit:
-    """A way with LMS at the batch asked for as its own measured steps say: its step there, where one was measured,
-    else its replay times what its nearest measured step held over its replay. The plain steps' correction would
-    charge it for what it moved to the host; each way is held to its own steps."""
-    steps = [step for step in found.confirmed.tried if step.step_bytes is not None]
-    if not steps:
+    """A way with LMS at the batch asked for as its own measured steps say (``own_figure``)."""
+    own = own_figure(session, found, batch_size, capacity_bytes)
+    if own is None:
         return found
-    persistent = session.predictor.persistent_bytes
-    near = min(steps, key=lambda step: (abs(step.batch_size - batch_size), step.batch_size))
-    if near.batch_size == batch_size:
-        peak_bytes, how = persistent + near.step_bytes, f"its step at batch {batch_size} measured"
-    else:
-        def replayed(batch: int) -> int:
-            return prediction_at(session, True, batch, capacity_bytes).peak_bytes - persistent
-
-        ratio = near.step_bytes / max(1, replayed(near.batch_size))
-        peak_bytes = persistent + int(ratio * replayed(batch_size))
-        how = f"its replay at batch {batch_size} times {ratio:.2f}, as its step at {near.batch_size} held"
+    peak_bytes, how = own
     note = "; ".join(filter(None, (found.note, f"{format_size(peak_bytes)}: {how}")))
     fits = peak_bytes <= limit or found.confirmed.batch_size >= batch_size
     return replace(found, peak_bytes=peak_bytes, fits=fits, note=note)
+
+
+def own_figure(session, found: ModeFit, batch_size: int, capacity_bytes: int | None) -> tuple[int, str] | None:
+    """A way with LMS at ``batch_size`` as its own measured steps (``found.confirmed``) say, and how: its step there,
+    where one was measured, else its replay times what its nearest measured step held over its replay; None where
+    none was measured. The plain steps' correction would charge it for what it moved to the host: each way is held
+    to its own steps. None too where its plan there moves nothing: that step is the model's own, and the plain
+    steps' figures hold it."""
+    steps = [step for step in (found.confirmed.tried if found.confirmed else ()) if step.step_bytes is not None]
+    if not steps:
+        return None
+    persistent = session.predictor.persistent_bytes
+    near = min(steps, key=lambda step: (abs(step.batch_size - batch_size), step.batch_size))
+    if near.batch_size == batch_size:
+        return persistent + near.step_bytes, f"its step at batch {batch_size} measured"
+    planned = prediction_at(session, True, batch_size, capacity_bytes)
+    if not planned.swapped_bytes_per_step + planned.recomputed_bytes_per_step:  # the model's own step: plain's figure
+        return None
+
+    def replayed(batch: int) -> int:
+        return prediction_at(session, True, batch, capacity_bytes).peak_bytes - persistent
+
+    ratio = near.step_bytes / max(1, replayed(near.batch_size))
+    return (persistent + int(ratio * replayed(batch_size)),
+            f"its replay at batch {batch_size} times {ratio:.2f}, as its step at {near.batch_size} held")
 
 
 def measurable(model, data, **options) -> bool:

@@ -134,7 +134,9 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
                 results[-1] = replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
                 peak_bytes, step_ratio = _predicted(session, bool(magic), size, capacity_here)
-                peak_bytes = _corrected(session, peak_bytes, correction)
+                held = None if loop is None or limit is None else loop.held(session, results[-1], size, capacity_here)
+                peak_bytes = held if held is not None else lms_corrected(session, size, capacity_here, correction) \
+                    if magic else _plain_corrected(session, size, correction)
                 fits = None if limit is None else peak_bytes <= limit
                 frontier.append(FrontierPoint(size, name, peak_bytes, step_ratio, fits))
         if correction is not None and correction.measured_bytes is not None:  # the headline says what the rows do
@@ -172,17 +174,25 @@ def _plain_corrected(session, batch: int, correction: Correction | None) -> int:
                                                                       session.predictor.persistent_bytes)
 
 
+def lms_corrected(session, batch: int, capacity_bytes: int | None, correction: Correction | None) -> int:
+    """A way with LMS at ``batch`` as the plain steps correct it: where its plan there moves nothing, the step is the
+    model's own and its figure the plain one (measured where a step was); else its replay, corrected."""
+    planned = prediction_at(session, True, batch, capacity_bytes)
+    if not planned.swapped_bytes_per_step + planned.recomputed_bytes_per_step:
+        return _plain_corrected(session, batch, correction)
+    return _corrected(session, planned.peak_bytes, correction)
+
+
 def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: int | None,
              usable: int | None, correction: Correction | None = None) -> ModeFit:
     with_lms = bool(magic)
 
     def peak_at(batch: int) -> int:
-        if not with_lms:
-            return _plain_corrected(session, batch, correction)
-        return _corrected(session, prediction_at(session, with_lms, batch, capacity_bytes).peak_bytes, correction)
+        return lms_corrected(session, batch, capacity_bytes, correction) if with_lms else \
+            _plain_corrected(session, batch, correction)
 
     peak_bytes, ratio = _predicted(session, with_lms, batch_size, capacity_bytes)
-    peak_bytes = peak_at(batch_size) if not with_lms else _corrected(session, peak_bytes, correction)
+    peak_bytes = peak_at(batch_size)
     if usable is None:
         return ModeFit(name, peak_bytes, None, None, ratio, magic)
     # the peak grows about linearly with the batch: the guess from the batch asked for, past the weights

@@ -14,6 +14,13 @@ On PyTorch (``KERAS_BACKEND=torch``): the prediction without LMS over PyTorch's 
 ``--orders``: why a measured step can differ between processes: one plain step of the demo CNN profiled in fresh
 processes, the tensors alive at its peak (the executor's two orders of the backward pass).
 
+``--lms [MODEL ...]``: one model of the device with LMS: explain_fit's figures with LMS (its default plan, and
+``recompute="only"``) at the batches above its steps did not measure, against LMS's own reading of a real 3-step
+fit's checked step there, after explain_fit in the same process; 3 processes a model.
+
+``--demo-story``: lms_demo's notebook at ``make demo``'s size in 3 fresh kernels: explain_fit's lines and the
+dashboard's headline (the figure without LMS the same in both).
+
     python benchmarks/closed_loop.py                 # the five models above
     python benchmarks/closed_loop.py unet            # one
     python benchmarks/closed_loop.py resnet50 densenet121 mobilenet_v2 efficientnet_b0   # the docs' models, 128x128
@@ -292,6 +299,81 @@ def orders(processes: int = 6) -> list[Figure]:
             Figure("processes whose step held 3 or more convolutions' input gradients at once", f"of {len(peaks)}",
                    held, "")]
 
+LMS_WAYS = {"LMS": {}, "LMS, recompute": {"recompute": "only"}}
+
+
+def lms_one_process(name: str) -> None:
+    """``--lms``'s one process: explain_fit with its frontier, then a 3-step fit with LMS at each frontier batch
+    its steps did not measure; a JSON line of (way, batch, predicted, LMS's reading, tensors moved)."""
+    import lms_magic
+
+    memory, asked, batches = MODELS[name]
+    lms_magic.simulate_accelerator(memory=memory)
+    from lms_magic import LMS
+
+    model, (x, y) = build(name, 64)
+    found = lms_magic.explain_fit(model, (x, y), batch_size=asked, modes=("without LMS", *LMS_WAYS),
+                                  batch_sizes=batches, min_bytes=0)
+    rows = []
+    for mode in found.modes[1:]:
+        tried = {step.batch_size for step in (mode.confirmed.tried if mode.confirmed else ())}
+        budget = mode.magic.partition("--budget ")[2] or None
+        for point in (p for p in found.frontier if p.mode == mode.mode and p.batch_size not in tried):
+            lms = LMS(verbose=0, min_bytes=0, **LMS_WAYS[mode.mode], **({"budget": budget} if budget else {}))
+            count = 3 * point.batch_size
+            model.fit(x[:count], y[:count], batch_size=point.batch_size, epochs=1, verbose=0, shuffle=False,
+                      callbacks=[lms])
+            rows.append([mode.mode, point.batch_size, point.peak_bytes, lms.stats.measured_step_peak_bytes,
+                         lms.stats.swapped_tensors + lms.stats.recomputed_tensors])
+    print(json.dumps({"correction": found.correction.words if found.correction else None, "rows": rows}))
+
+
+def lms_frontier(names: list[str]) -> None:
+    """``--lms``: :func:`lms_one_process` in PROCESSES fresh processes a model, each figure printed."""
+    for name in names:
+        ratios: dict = {}
+        for _ in range(PROCESSES):
+            done = subprocess.run([sys.executable, __file__, "--lms-one", name], capture_output=True, text=True,
+                                  timeout=900, env=child_env(), cwd=CODE)
+            if done.returncode:
+                raise SystemExit(f"{name}: {done.stderr[-2000:]}")
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            print(name, found["correction"], flush=True)
+            for mode, batch, predicted, held, moved in found["rows"]:
+                print(f"  {mode} batch {batch}: predicted {predicted / 2**20:.1f} MiB, held "
+                      f"{held / 2**20 if held else float('nan'):.1f} MiB "
+                      f"({predicted / held if held else float('nan'):.3f}; moved {moved})", flush=True)
+                if held:
+                    ratios.setdefault((mode, moved > 0), []).append(predicted / held)
+        for (mode, moved), values in ratios.items():
+            print(f"{name} {mode}, {'tensors moved' if moved else 'nothing moved'}: predicted over held, median "
+                  f"{statistics.median(values):.3f}, {min(values):.3f}-{max(values):.3f} ({len(values)})", flush=True)
+
+
+def demo_story(processes: int = 3) -> None:
+    """``--demo-story``: lms_demo's notebook at ``make demo``'s size in fresh kernels: explain_fit's lines (without
+    LMS, LMS, the line to use) and the dashboard's headline."""
+    import pathlib
+    import re
+    import tempfile
+
+    sys.path.insert(0, str(CODE / "notebooks"))
+    import run_demo
+
+    for index in range(processes):
+        notebook = run_demo.run(CODE / "notebooks" / "lms_demo.ipynb", pathlib.Path(tempfile.mkdtemp()),
+                                {"N_ROWS": "800", "IMAGE_SIZE": "64"}, timeout_s=300)
+        print(f"== kernel {index + 1}", flush=True)
+        for cell in notebook.cells:
+            if cell.cell_type != "code" or not ("explain_fit(cnn" in cell.source or "lms_fit --compare {" in cell.source):
+                continue
+            for output in cell.get("outputs", []):
+                text = output.get("text", "") + output.get("data", {}).get("text/plain", "")
+                for line in text.splitlines():
+                    if re.match(r"\s*(without LMS:|LMS:|to train|measured:)", line):
+                        print(line.strip()[:600], flush=True)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
@@ -303,6 +385,12 @@ if __name__ == "__main__":
         report(orders())
     elif sys.argv[1:2] == ["--orders-probe"]:
         orders_probe()
+    elif sys.argv[1:2] == ["--lms"]:
+        lms_frontier(sys.argv[2:] or list(DEFAULT))
+    elif sys.argv[1:2] == ["--lms-one"]:
+        lms_one_process(sys.argv[2])
+    elif sys.argv[1:2] == ["--demo-story"]:
+        demo_story()
     elif sys.argv[1:2] == ["--measure"]:
         print(json.dumps({"peak_bytes": measure_here(sys.argv[2], int(sys.argv[3]))}))
     else:

@@ -133,7 +133,7 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
             if tuned.get("lean_ops") and not session.predictors.lean_changes():  # the step without it
                 results[-1] = replace(results[-1], note=NOTHING_LEAN)
             for size in sizes:
-                peak_bytes, step_ratio = _predicted(session, bool(magic), size, capacity_here)
+                step_ratio = _step_ratio(session, bool(magic), size, capacity_here)
                 held = None if loop is None or limit is None else loop.held(session, results[-1], size, capacity_here)
                 peak_bytes = held if held is not None else lms_corrected(session, size, capacity_here, correction) \
                     if magic else _plain_corrected(session, size, correction)
@@ -154,12 +154,12 @@ def prediction_at(session, with_lms: bool, batch: int, capacity_bytes: int | Non
     return session.predictor.planned(1, batch, capacity_bytes)
 
 
-def _predicted(session, with_lms: bool, batch: int, capacity_bytes: int | None) -> tuple[int, float | None]:
-    """The predicted peak and step ratio at ``batch`` (the step ratio 1.0 without LMS)."""
+def _step_ratio(session, with_lms: bool, batch: int, capacity_bytes: int | None) -> float | None:
+    """The predicted step time over a plain step's at ``batch`` (1.0 without LMS)."""
     if not with_lms:
-        return session.predictor.plain_peak_bytes(batch), 1.0
+        return 1.0
     prediction = prediction_at(session, with_lms, batch, capacity_bytes)
-    return prediction.peak_bytes, session.step_cost(batch).ratio(prediction.swapped_bytes_per_step)
+    return session.step_cost(batch).ratio(prediction.swapped_bytes_per_step)
 
 
 def _corrected(session, peak_bytes: int, correction: Correction | None) -> int:
@@ -191,7 +191,7 @@ def mode_fit(session, name: str, magic: str, batch_size: int, capacity_bytes: in
         return lms_corrected(session, batch, capacity_bytes, correction) if with_lms else \
             _plain_corrected(session, batch, correction)
 
-    peak_bytes, ratio = _predicted(session, with_lms, batch_size, capacity_bytes)
+    ratio = _step_ratio(session, with_lms, batch_size, capacity_bytes)
     peak_bytes = peak_at(batch_size)
     if usable is None:
         return ModeFit(name, peak_bytes, None, None, ratio, magic)

@@ -96,12 +96,17 @@ def kernel_state(base: str) -> str | None:
     return sessions[0]["kernel"]["execution_state"] if sessions else None
 
 
-def wait_for_idle_kernel(base: str, timeout_s: float = 120) -> None:
+def wait_for_idle_kernel(page, base: str, timeout_s: float = 120) -> None:
+    """Until the notebook's kernel is idle, accepting the dialog JupyterLab sometimes shows to ask which kernel to
+    start (a fixed wait for a dialog that may not come took 15 s)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if kernel_state(base) == "idle":
             return
-        time.sleep(0.5)
+        accept = page.query_selector(".jp-Dialog button.jp-mod-accept")
+        if accept is not None:
+            accept.click()
+        page.wait_for_timeout(250)
     raise AssertionError(f"the kernel did not start within {timeout_s:.0f} s (state {kernel_state(base)!r})")
 
 
@@ -118,11 +123,7 @@ def test_dashboard_renders_in_the_browser(front_end):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{base}/{open_path}?token={TOKEN}")
             page.wait_for_selector(".jp-Notebook", timeout=120_000)
-            try:  # JupyterLab sometimes asks which kernel to start
-                page.click(".jp-Dialog button.jp-mod-accept", timeout=15_000)
-            except Exception:
-                pass
-            wait_for_idle_kernel(base)
+            wait_for_idle_kernel(page, base)
             page.click("div.lm-MenuBar-itemLabel:text-is('Run')")
             page.click("div.lm-Menu-itemLabel:text-is('Run All Cells')")
             stack_output = page.locator(".jp-OutputArea-output", has_text=STACK_LINE).first

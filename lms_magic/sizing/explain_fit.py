@@ -243,8 +243,11 @@ def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int 
     persistent = session.predictor.persistent_bytes
 
     def predicted_step_bytes(batch: int) -> int:
+        # with LMS, its lowest peak (every eligible tensor moved), which grows with the batch: the plan for the
+        # capacity fills about the budget at every batch it moves tensors at, so a measured step's ratio over it
+        # says nothing of where the largest batch lies
         peak = session.predictor.plain_peak_bytes(batch) if not with_lms else \
-            prediction_at(session, True, batch, capacity_bytes).peak_bytes
+            session.predictor.predict(-1, 1, batch).peak_bytes
         return peak - persistent
 
     return confirm_largest(lambda batch: meter.measure(batch, with_lms, tuned), predicted_step_bytes, persistent,

@@ -76,6 +76,9 @@ class Framework:
     # whether LMS plans for the device's budget as the steps measured on it correct the replay (core.device_model):
     # then explain_fit's %%lms_fit line needs no budget in the replay's bytes
     plans_by_device_model = False
+    # whether LMS keeps its first step's swaps of every eligible tensor (a probe) instead of tracing its plan where
+    # their copies cost no more than the plan's by the step-time model: then that step is what its fit holds
+    keeps_free_probe = False
     unavailable: dict[str, str] = {}  # option -> why it is not honoured (noted in the stats, refused by the tuner)
 
     @staticmethod

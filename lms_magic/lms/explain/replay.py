@@ -148,10 +148,20 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
 
 
 def prediction_at(session, with_lms: bool, batch: int, capacity_bytes: int | None):
-    """The prediction at ``batch``: without LMS, or with its default plan for the capacity."""
+    """The prediction at ``batch``: without LMS; with LMS, of the step its fit runs: its default plan for the
+    capacity, or, where its framework keeps a first step's swaps of every eligible tensor whose copies cost no more
+    than the plan's (``Framework.keeps_free_probe``) and the step-time model says so, that step."""
     if not with_lms:
         return session.predictor.predict(0, 1, batch)
-    return session.predictor.planned(1, batch, capacity_bytes)
+    planned = session.predictor.planned(1, batch, capacity_bytes)
+    if not framework().keeps_free_probe or not planned.swapped_bytes_per_step + planned.recomputed_bytes_per_step:
+        return planned
+    probe = session.predictor.predict(-1, 1, batch)
+    cost = session.step_cost(batch)
+    if probe.peak_bytes > planned.peak_bytes or \
+            cost.ratio(probe.swapped_bytes_per_step) > cost.ratio(planned.swapped_bytes_per_step):
+        return planned
+    return probe
 
 
 def _step_ratio(session, with_lms: bool, batch: int, capacity_bytes: int | None) -> float | None:

@@ -21,6 +21,7 @@ class TensorFlowFramework(Framework):
     version_modules = ("tensorflow",)
     trials_measure_peak = True  # on a GPU, TensorFlow's allocator peak is reset between trials
     plans_by_device_model = True  # the planner reads explain_fit's measured steps (planner.use_device_model)
+    keeps_free_probe = True  # first_step.py: the probe's swaps stand where their extra copies cost less than a retrace
     unavailable: dict[str, str] = {}
 
     @staticmethod

@@ -313,9 +313,12 @@ def test_a_step_with_lms_that_cannot_be_read_leaves_its_way_predicted_and_says_w
 def test_a_way_with_lms_is_held_to_its_own_steps_and_where_it_moves_nothing_to_the_plain_ones():
     """explain_fit's figure of a way with LMS at a batch: its step measured there; else its replay times what its
     nearest measured step held over its replay (not the plain steps' ratio, which would charge it for what it
-    moved); none where its plan moves nothing there (the model's own step: the plain figure holds it)."""
+    moved); none where its plan moves nothing there (the model's own step: the plain figure holds it). Its replay
+    is the plan's where copies cost; where every eligible tensor's copies hide under the compute as the plan's do,
+    the first step's swaps of every eligible tensor, which LMS on TensorFlow keeps then."""
     from types import SimpleNamespace
 
+    from lms_magic.lms.core.costs import StepCost
     from lms_magic.lms.core.prediction import Prediction
     from lms_magic.lms.explain.largest import Confirmed
     from lms_magic.lms.explain.results import ModeFit
@@ -330,10 +333,22 @@ def test_a_way_with_lms_is_held_to_its_own_steps_and_where_it_moves_nothing_to_t
             moved = batch * MiB if batch > 4 else 0
             return Prediction(batch, 1, lb, 10 * MiB + 2 * batch * MiB, 10 * MiB + 3 * batch * MiB, moved, 3, 10 * MiB)
 
-    session = SimpleNamespace(predictor=Predictor())
+        def predict(self, n_tensors, lb, batch):  # every eligible tensor moved: 4 MiB and 1 MiB a sample
+            assert n_tensors == -1
+            return Prediction(batch, 3, lb, 14 * MiB + batch * MiB, 10 * MiB + 3 * batch * MiB, 2 * batch * MiB, 3,
+                              10 * MiB)
+
+    def link(bytes_per_s: float):  # steps of 0.1 s of compute, copies over a host link this fast
+        return lambda batch: StepCost(0.1, "measured", bytes_per_s, bytes_per_s)
+
+    session = SimpleNamespace(predictor=Predictor(), step_cost=link(1e8))  # copies cost: the plan's step runs
     held = MeasuredStep(16, True, 48 * MiB)  # 1.5x its replay's 32 MiB
     found = ModeFit("LMS", 0, True, 16, 1.0, "%%lms_fit", confirmed=Confirmed(16, 58 * MiB, 60 * MiB, True, (held,)))
     assert own_figure(session, found, 16, None) == (58 * MiB, "its step at batch 16 measured")
     peak_bytes, how = own_figure(session, found, 8, None)
     assert peak_bytes == 10 * MiB + 24 * MiB and how.endswith("times 1.50, as its step at 16 held"), how
+    assert own_figure(session, found, 4, None) is None
+    session.step_cost = link(1e13)  # the copies hide: the step that swaps every eligible tensor (20 MiB at 16)
+    peak_bytes, how = own_figure(session, found, 8, None)
+    assert peak_bytes == 10 * MiB + int(2.4 * 12 * MiB) and how.endswith("times 2.40, as its step at 16 held"), how
     assert own_figure(session, found, 4, None) is None

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..lms.core import device_model
 from ..lms.core.device_model import Correction
-from ..lms.explain.largest import Confirmed, confirm_largest
+from ..lms.explain.largest import Confirmed, MeasuredStep, confirm_largest
 from ..lms.explain.replay import MODES, mode_fit, prediction_at, explained
 from ..lms.explain.results import FitExplanation, ModeFit
 from ..units import format_size
@@ -54,8 +55,9 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             confirms each way's largest batch by steps at it (backing off where a step does not fit); None (the
             default) does the same where the device's allocator can be read: a GPU, or ``simulate_accelerator``'s
             device (there a step with LMS is read as LMS reads its own: the allocator, which the host shares,
-            less what the host held); False runs nothing. The model, its optimizer, metrics and the random state
-            end as they were.
+            less what the host held); False runs nothing (the plain steps this process measured before on the same
+            model, device and data still correct the figures: ``%lms_tune``'s frontier reads them so). The model,
+            its optimizer, metrics and the random state end as they were.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:
@@ -79,7 +81,10 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         True
     """
     def closed_loop(capacity_bytes: int | None, usable: int | None, given: bool):
-        if confirm is False or (not capacity_bytes and not confirm):
+        if confirm is False:  # nothing runs: the steps this process measured before still correct the figures
+            kept = _kept_steps(model, data, options) if capacity_bytes else None
+            return None if kept is None else _ClosedLoop(kept, "", confirming=False)
+        if not capacity_bytes and not confirm:
             return None
         meter, why = (None, "no device capacity known: pass capacity=...") if not capacity_bytes else \
             _meter(model, data, options, budget=usable if given else None)
@@ -96,8 +101,8 @@ class _ClosedLoop:
     each way's largest batch (``confirm``) wherever a meter reads the device (a GPU, or the simulated device, where
     a step with LMS is LMS's own reading of it)."""
 
-    def __init__(self, meter, unmeasured: str):
-        self.meter, self.unmeasured = meter, unmeasured
+    def __init__(self, meter, unmeasured: str, confirming: bool = True):
+        self.meter, self.unmeasured, self.confirming = meter, unmeasured, confirming
 
     def correct(self, session, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction | None:
         return None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
@@ -105,7 +110,8 @@ class _ClosedLoop:
     def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int,
                 batch_size: int) -> ModeFit:
         meter, budget = self.meter, tuned.get("budget")
-        if meter is None or found.magic and budget is not None and budget <= 0:  # no bytes left for LMS to plan in
+        if meter is None or not self.confirming or found.magic and budget is not None and budget <= 0:
+            # (no bytes left for LMS to plan in)
             return found
         from .measured import Unmeasured
 
@@ -164,10 +170,17 @@ def measurable(model, data, **options) -> bool:
 
 def _meter(model, data, options: dict, budget: int | None):
     """The meter of the device LMS relieves (``measured.step_meter``), and why there is none."""
+    from .measured import step_meter
+
+    lms_options = {**options, **({"budget": budget} if budget is not None else {})}
+    return step_meter(model, data, _measured_device_name(options), lms_options)
+
+
+def _measured_device_name(options: dict) -> str | None:
+    """The device LMS relieves with these options, as a meter measures it ("/GPU:0", "/CPU:0", "cuda:0")."""
     from ..lms.core.stats import LmsStats
     from ..lms.framework import framework
     from ..lms.options import LmsOptions
-    from .measured import step_meter
 
     chosen = framework()
     prepared = chosen.prepare(LmsOptions(device=options.get("device"), host_device=options.get("host_device")),
@@ -176,8 +189,34 @@ def _meter(model, data, options: dict, budget: int | None):
     if device is None:  # the framework's own choice (PyTorch): the GPU the model trains on, where there is one
         trains_on, gpu = chosen.trial_device()
         device = trains_on or ("cuda:0" if gpu else None)
-    lms_options = {**options, **({"budget": budget} if budget is not None else {})}
-    return step_meter(model, data, device, lms_options)
+    return device
+
+
+class _KeptSteps:
+    """A meter that runs nothing (``confirm=False``): the plain steps this process measured before on the same model,
+    device and data (``lms.core.device_model``), read as a meter's."""
+
+    def __init__(self, kept):
+        self.kept, self.where = kept, kept.correction.source
+
+    def measured_device(self):
+        return self.kept
+
+    def kept_batches(self) -> list[int]:
+        return sorted(self.kept.steps.get(device_model.PLAIN, {}))
+
+    def measure(self, batch_size: int, with_lms: bool = False, options: dict | None = None) -> MeasuredStep:
+        step = None if with_lms else self.kept.steps.get(device_model.PLAIN, {}).get(batch_size)
+        return step if step is not None else MeasuredStep(batch_size, with_lms, None)
+
+
+def _kept_steps(model, data, options: dict) -> _KeptSteps | None:
+    """The steps kept for ``model`` on ``data`` and the device LMS relieves, where they made a correction; else None."""
+    from .measured import StepMeter
+
+    kept = StepMeter(model, data, None, device=_measured_device_name(options)).measured_device()
+    return None if kept is None or kept.correction is None or kept.correction.measured_bytes is None else \
+        _KeptSteps(kept)
 
 
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:

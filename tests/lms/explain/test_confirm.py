@@ -184,7 +184,8 @@ def test_a_fixed_part_is_drawn_only_where_the_two_steps_ratios_differ_beyond_the
 def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_is_measured_again(simulated):
     """A second explain_fit on the same model, device and data reads the plain steps the first measured (a step
     measured again can hold another amount: the executor's order) and runs none, at the same batch or at one those
-    steps hold closely; a model compiled again is measured again."""
+    steps hold closely, and with confirm=False (%lms_tune's frontier) too; a model compiled again is measured
+    again."""
     import keras
 
     from lms_magic import explain_fit
@@ -195,6 +196,8 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     fits = []
     fit = model.fit
     model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
+    replayed = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",), confirm=False)
+    assert fits == [] and replayed.correction is None  # nothing measured yet: the replay's figures
     first = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
     # the batch asked and half of it, measured; the largest plain batch confirmed (1 does not fit 1 MiB)
     assert sorted(set(fits)) == [1, 4, 8], fits
@@ -208,6 +211,9 @@ def test_a_later_answer_reads_the_steps_measured_before_and_a_recompiled_model_i
     assert fits == [], fits  # 8 and 4 hold 6: no new steps, the same figures
     assert (other_batch.correction.ratio, other_batch.correction.fixed_bytes) == \
         (first.correction.ratio, first.correction.fixed_bytes)
+    unconfirmed = explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",), confirm=False)
+    assert fits == [] and unconfirmed.correction == first.correction, fits  # read, not run
+    assert unconfirmed.modes[0].peak_bytes == first.modes[0].peak_bytes != replayed.modes[0].peak_bytes
     model.compile(keras.optimizers.SGD(), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     explain_fit(model, data, batch_size=8, capacity="1MiB", modes=("without LMS",))
     assert sorted(set(fits)) == [1, 4, 8], fits

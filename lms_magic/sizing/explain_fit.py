@@ -55,9 +55,9 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             confirms each way's largest batch by steps at it (backing off where a step does not fit); None (the
             default) does the same where the device's allocator can be read: a GPU, or ``simulate_accelerator``'s
             device (there a step with LMS is read as LMS reads its own: the allocator, which the host shares,
-            less what the host held); False runs nothing (the plain steps this process measured before on the same
-            model, device and data still correct the figures: ``%lms_tune``'s frontier reads them so). The model,
-            its optimizer, metrics and the random state end as they were.
+            less what the host held); False runs nothing (plain steps this process measured before on the same
+            model, device and data still correct the figures where they hold the batch: ``%lms_tune``'s frontier
+            reads them so). The model, its optimizer, metrics and the random state end as they were.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:
@@ -105,7 +105,9 @@ class _ClosedLoop:
         self.meter, self.unmeasured, self.confirming = meter, unmeasured, confirming
 
     def correct(self, session, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction | None:
-        return None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
+        found = None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
+        # confirm=False: where no kept steps hold the batch, the replay's figures (nothing ran out of memory)
+        return None if found is None or not self.confirming and found.measured_bytes is None else found
 
     def confirm(self, session, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int,
                 batch_size: int) -> ModeFit:

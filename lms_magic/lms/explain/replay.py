@@ -149,12 +149,13 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
 
 def prediction_at(session, with_lms: bool, batch: int, capacity_bytes: int | None):
     """The prediction at ``batch``: without LMS; with LMS, of the step its fit runs: its default plan for the
-    capacity, or, where its framework keeps a first step's swaps of every eligible tensor whose copies cost no more
-    than the plan's (``Framework.keeps_free_probe``) and the step-time model says so, that step."""
+    capacity, or, where the plan swaps and its framework keeps a first step's swaps of every eligible tensor whose
+    copies cost no more than the plan's (``Framework.keeps_free_probe``) and the step-time model says so, that step
+    (``recompute="only"`` plans on the traced step: no such first step)."""
     if not with_lms:
         return session.predictor.predict(0, 1, batch)
     planned = session.predictor.planned(1, batch, capacity_bytes)
-    if not framework().keeps_free_probe or not planned.swapped_bytes_per_step + planned.recomputed_bytes_per_step:
+    if not framework().keeps_free_probe or not planned.swapped_bytes_per_step:
         return planned
     probe = session.predictor.predict(-1, 1, batch)
     cost = session.step_cost(batch)

@@ -322,8 +322,8 @@ def test_a_way_with_lms_is_held_to_its_own_steps_and_where_it_moves_nothing_to_t
     """explain_fit's figure of a way with LMS at a batch: its step measured there; else its replay times what its
     nearest measured step held over its replay (not the plain steps' ratio, which would charge it for what it
     moved); none where its plan moves nothing there (the model's own step: the plain figure holds it). Its replay
-    is the plan's where copies cost; where every eligible tensor's copies hide under the compute as the plan's do,
-    the first step's swaps of every eligible tensor, which LMS on TensorFlow keeps then."""
+    is the plan's where copies cost, or where it recomputes; where every eligible tensor's copies hide under the
+    compute as the plan's do, the first step's swaps of every eligible tensor, which LMS on TensorFlow keeps then."""
     from types import SimpleNamespace
 
     from lms_magic.lms.core.costs import StepCost
@@ -336,10 +336,12 @@ def test_a_way_with_lms_is_held_to_its_own_steps_and_where_it_moves_nothing_to_t
 
     class Predictor:  # the replay: 2 MiB a sample with LMS's plan, which moves tensors above batch 4
         persistent_bytes = 10 * MiB
+        swaps = True  # False: recompute="only", the plan recomputes what it moves
 
         def planned(self, lb, batch, capacity):
             moved = batch * MiB if batch > 4 else 0
-            return Prediction(batch, 1, lb, 10 * MiB + 2 * batch * MiB, 10 * MiB + 3 * batch * MiB, moved, 3, 10 * MiB)
+            return Prediction(batch, 1, lb, 10 * MiB + 2 * batch * MiB, 10 * MiB + 3 * batch * MiB,
+                              moved if self.swaps else 0, 3, 10 * MiB, 0 if self.swaps else moved)
 
         def predict(self, n_tensors, lb, batch):  # every eligible tensor moved: 4 MiB and 1 MiB a sample
             assert n_tensors == -1
@@ -360,3 +362,5 @@ def test_a_way_with_lms_is_held_to_its_own_steps_and_where_it_moves_nothing_to_t
     peak_bytes, how = own_figure(session, found, 8, None)
     assert peak_bytes == 10 * MiB + int(2.4 * 12 * MiB) and how.endswith("times 2.40, as its step at 16 held"), how
     assert own_figure(session, found, 4, None) is None
+    session.predictor.swaps = False  # recompute="only" plans on the traced step: no first step swaps them all
+    assert own_figure(session, found, 8, None)[0] == 10 * MiB + 24 * MiB

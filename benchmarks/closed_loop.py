@@ -15,8 +15,9 @@ On PyTorch (``KERAS_BACKEND=torch``): the prediction without LMS over PyTorch's 
 processes, the tensors alive at its peak (the executor's two orders of the backward pass).
 
 ``--lms [MODEL ...]``: one model of the device with LMS: explain_fit's figures with LMS (its default plan, and
-``recompute="only"``) at the batches above its steps did not measure, against LMS's own reading of a real 3-step
-fit's checked step there, after explain_fit in the same process; 3 processes a model.
+``recompute="only"``) at the batches above its steps did not measure, against LMS's own reading of a real fit's
+checked step there, after explain_fit in the same process; 3 processes a model. The fit is a user's: LMS_FIT_STEPS
+steps (its first step's choice, the plan or the probe's swaps, rests on the steps left), stopped after its third.
 
 ``--demo-story``: lms_demo's notebook at ``make demo``'s size in 3 fresh kernels: explain_fit's lines and the
 dashboard's headline (the figure without LMS the same in both).
@@ -300,6 +301,7 @@ def orders(processes: int = 6) -> list[Figure]:
                    held, "")]
 
 LMS_WAYS = {"LMS": {}, "LMS, recompute": {"recompute": "only"}}
+LMS_FIT_STEPS = 500  # the steps of the fit LMS plans for in --lms (a user's fit): it is stopped after its third
 
 
 def lms_one_process(name: str) -> None:
@@ -309,7 +311,14 @@ def lms_one_process(name: str) -> None:
 
     memory, asked, batches = MODELS[name]
     lms_magic.simulate_accelerator(memory=memory)
+    import keras
+    import tensorflow as tf
+
     from lms_magic import LMS
+
+    class StopAfterThree(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            self.model.stop_training = self.model.stop_training or batch >= 2
 
     model, (x, y) = build(name, 64)
     found = lms_magic.explain_fit(model, (x, y), batch_size=asked, modes=("without LMS", *LMS_WAYS),
@@ -321,8 +330,9 @@ def lms_one_process(name: str) -> None:
         for point in (p for p in found.frontier if p.mode == mode.mode and p.batch_size not in tried):
             lms = LMS(verbose=0, min_bytes=0, **LMS_WAYS[mode.mode], **({"budget": budget} if budget else {}))
             count = 3 * point.batch_size
-            model.fit(x[:count], y[:count], batch_size=point.batch_size, epochs=1, verbose=0, shuffle=False,
-                      callbacks=[lms])
+            repeated = tf.data.Dataset.from_tensor_slices((x[:count], y[:count])).batch(
+                point.batch_size, drop_remainder=True).repeat()
+            model.fit(repeated, steps_per_epoch=LMS_FIT_STEPS, epochs=1, verbose=0, callbacks=[lms, StopAfterThree()])
             rows.append([mode.mode, point.batch_size, point.peak_bytes, lms.stats.measured_step_peak_bytes,
                          lms.stats.swapped_tensors + lms.stats.recomputed_tensors])
     print(json.dumps({"correction": found.correction.words if found.correction else None, "rows": rows}))

@@ -66,6 +66,27 @@ def test_frontier_draws_the_predicted_peak_by_batch_size_against_the_budget(tuni
     assert [trace.name for trace in tuner.frontier_figure.data] == ["without LMS", "LMS"]
 
 
+def test_the_frontier_reads_the_plain_steps_explain_fit_measured_before(accelerator_memory, tuning_data, devices):
+    """The frontier runs no step; where explain_fit measured this model's plain steps on the device earlier in the
+    process, their correction holds its figures (one model of the device)."""
+    from lms_magic import explain_fit
+    from lms_magic.tuning.session import TuningSession
+    from tests.models import reference_cnn_small
+
+    accelerator_memory("32MiB")
+    model = reference_cnn_small()
+    options = dict(min_bytes=0, device=devices.accelerator, host_device=devices.host)
+    measured = explain_fit(model, tuning_data, batch_size=16, modes=("without LMS",), **options)
+    fits = []
+    fit = model.fit
+    model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
+    found = Tuner(TuningSession(model, tuning_data, batch_size=16, steps=2, **options)).show_frontier()
+    steps = {measured.correction.batch_size, measured.correction.other[0]} | {
+        step.batch_size for step in measured.modes[0].confirmed.tried}
+    assert found.correction is not None and fits == [], (found.correction, fits)
+    assert {found.correction.batch_size, found.correction.other[0]} <= steps, (found.correction, steps)
+
+
 def test_stop_ends_autotune_between_trials(tuning_session):
     tuner = Tuner(tuning_session, max_trials=10)
     trials_seen = []

@@ -118,7 +118,7 @@ class _ClosedLoop:
         from .measured import Unmeasured
 
         try:
-            found = replace(found, confirmed=_confirmed(session, meter, found, tuned, capacity_bytes, limit))
+            found = replace(found, confirmed=_confirmed(session, meter, found, tuned, limit))
         except Unmeasured as error:  # LMS moved tensors and its profile did not show what the device held
             return replace(found, note="; ".join(filter(None, (found.note, f"not confirmed: {error}"))))
         return _by_own_steps(session, found, batch_size, capacity_bytes, limit) if found.magic else found
@@ -278,7 +278,7 @@ def kept_pair(kept: list[int], batch: int) -> tuple[int, int] | None:
     return (high, max(lows)) if lows else None
 
 
-def _confirmed(session, meter, found: ModeFit, tuned: dict, capacity_bytes: int | None, limit: int) -> Confirmed:
+def _confirmed(session, meter, found: ModeFit, tuned: dict, limit: int) -> Confirmed:
     """``found``'s largest batch confirmed by steps on the device (``explain/largest.py``)."""
     with_lms = bool(found.magic)
     persistent = session.predictor.persistent_bytes

@@ -221,6 +221,38 @@ def _kept_steps(model, data, options: dict) -> _KeptSteps | None:
         _KeptSteps(kept)
 
 
+class KeptCorrection:
+    """What the plain steps this process measured before on a model, its device and data say near one batch size, as
+    ``explain_fit(confirm=False)`` reads them, for a session that predicts as long as it lives (``%lms_tune``'s):
+    read again only when the steps kept change. Nothing runs.
+
+    Args:
+        model, data: as for ``explain_fit``.
+        options: ``device``, ``host_device``, as for ``LMS``.
+        batch_size: the batch the kept steps are read near (``kept_pair``).
+    """
+
+    def __init__(self, model, data, options: dict, batch_size: int):
+        from .measured import StepMeter
+
+        self.batch_size = batch_size
+        self._meter = StepMeter(model, data, None, device=_measured_device_name(options))
+        self._steps: tuple | None = None  # the kept plain steps last read: (batch size, step bytes), in order
+        self._found: Correction | None = None
+
+    def __call__(self, session) -> Correction | None:
+        """The correction, or None where no kept steps hold the batch; their kernel scratch is then held in
+        ``session``'s replays (``session`` has an explanation's ``predictor`` and ``predictors``)."""
+        kept = self._meter.measured_device()
+        plain = {} if kept is None or kept.correction is None else kept.steps.get(device_model.PLAIN, {})
+        steps = tuple(sorted((batch, step.step_bytes) for batch, step in plain.items()))
+        if steps != self._steps:
+            self._steps = steps
+            found = _correction(session, _KeptSteps(kept), self.batch_size, None, None) if steps else None
+            self._found = None if found is None or found.measured_bytes is None else found
+        return self._found
+
+
 def _correction(session, meter, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction:
     """Plain steps measured at the batch asked for (or the largest predicted to fit, where smaller) and at half
     of it, or two steps measured before on the same model, device and data where they hold that batch closely
@@ -295,4 +327,4 @@ def _confirmed(session, meter, found: ModeFit, tuned: dict, limit: int) -> Confi
                            limit, max(1, found.largest_batch or 1))
 
 
-__all__ = ["MODES", "explain_fit", "measurable"]
+__all__ = ["MODES", "explain_fit", "KeptCorrection", "measurable"]

@@ -49,6 +49,7 @@ class Estimate:
     fits: bool | None  # within the budget (None: no budget)
     step_ratio: float | None = None  # predicted step time over the plain step's (core/costs.py)
     compute_source: str = ""  # where the compute time of step_ratio comes from ("measured: ...", "estimated: ...")
+    measured: str = ""  # the plain steps measured on the device that correct the replay, in words ("": none)
 
 
 class TuningSession:
@@ -76,6 +77,7 @@ class TuningSession:
                  bandwidth=None, lean_ops: bool = False, order_backward: bool = False, recompute=False):
         from ..lms.explain.predictors import StepPredictors
         from ..memory.bandwidth import host_link_bandwidth
+        from ..sizing.explain_fit import KeptCorrection
         from .trials import TrialRunner
 
         self.batch_size = whole_number("batch_size", batch_size, 1)
@@ -91,9 +93,18 @@ class TuningSession:
         self.lms_options = {"min_bytes": options.min_bytes, "host_device": options.host_device,
                             "device": options.device, "lean_ops": options.lean_ops,
                             "order_backward": options.order_backward, "recompute": options.recompute}
-        self.runner = TrialRunner(model, data, steps, self.lms_options, self.predictor)
+        self.runner = TrialRunner(model, data, steps, self.lms_options,
+                                  lambda setting: self.estimate(setting).peak_bytes)
         self.bandwidth = bandwidth or host_link_bandwidth()
         self.trials: list[Trial] = []
+        self._kept = KeptCorrection(model, data, self.lms_options, self.batch_size)
+
+    def device_correction(self):
+        """What plain steps this process measured on the device for this model and data (``explain_fit``'s, or
+        ``%%lms_fit --batch-size max``'s) say it holds beyond the replay, near the batch the session started at
+        (a :class:`~lms_magic.lms.core.device_model.Correction`), or None where none were: every estimate, the
+        budget's search and the trials' predictions read it, as ``explain_fit`` does."""
+        return self._kept(self)
 
     def set_options(self, lean_ops: bool | None = None, order_backward: bool | None = None, recompute=None) -> None:
         """Switches ``lean_ops``, ``order_backward`` and ``recompute`` (False or "only"; None: as they are) for
@@ -109,8 +120,7 @@ class TuningSession:
         options = LmsOptions(**chosen)
         refuse_unavailable(options, self.unavailable)
         self.lms_options.update(chosen)
-        self.predictor = self.runner.predictor = self.predictors.get(options.lean_ops, options.order_backward,
-                                                                     options.recompute)
+        self.predictor = self.predictors.get(options.lean_ops, options.order_backward, options.recompute)
         self.runner.options.update(chosen)
 
     @property
@@ -137,23 +147,31 @@ class TuningSession:
         return self.predictors.step_cost(self.predictor, batch_size, self.bandwidth, self.compute_s(batch_size))
 
     def estimate(self, setting: Setting) -> Estimate:
-        """The prediction for ``setting``: no training, one memoised replay."""
+        """The prediction for ``setting``: no training, one memoised replay, as the plain steps measured on the
+        device correct it (``device_correction``: the figure without LMS is a step measured at that batch where one
+        was; a setting that moves nothing is that figure too)."""
+        correction = self.device_correction()  # before the replay: their kernel scratch enters it
         prediction = self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size)
+        peak_bytes, without_lms = prediction.peak_bytes, prediction.peak_bytes_without_lms
+        if correction is not None:
+            without_lms = correction.plain_at(setting.batch_size, without_lms, prediction.persistent_bytes)
+            moves = prediction.swapped_bytes_per_step + prediction.recomputed_bytes_per_step
+            peak_bytes = correction.applied(peak_bytes, prediction.persistent_bytes) if moves else without_lms
         moved = 2 * prediction.swapped_bytes_per_step
         transfer_s = moved / self.bandwidth.slowest
         compute_s = self.compute_s(setting.batch_size)
-        fits = None if self.budget_bytes is None else prediction.peak_bytes <= self.budget_bytes
+        fits = None if self.budget_bytes is None else peak_bytes <= self.budget_bytes
         cost = self.step_cost(setting.batch_size)
-        return Estimate(setting, prediction.peak_bytes, prediction.peak_bytes_without_lms, prediction.n_tensors,
+        return Estimate(setting, peak_bytes, without_lms, prediction.n_tensors,
                         prediction.swapped_bytes_per_step, prediction.candidates, transfer_s, compute_s,
                         step_time_lower_bound(compute_s, moved, self.bandwidth.slowest), fits,
-                        cost.ratio(prediction.swapped_bytes_per_step), cost.source.split(":")[0])
+                        cost.ratio(prediction.swapped_bytes_per_step), cost.source.split(":")[0],
+                        "" if correction is None else correction.words)
 
     def measure(self, setting: Setting) -> Trial:
         """Runs one trial (the model ends as it started) and keeps it."""
         trial = self.runner.measure(setting)
-        trial.predicted_peak_bytes = self.predictor.predict(setting.n_tensors, setting.lb,
-                                                            setting.batch_size).peak_bytes
+        trial.predicted_peak_bytes = self.estimate(setting).peak_bytes
         self.trials.append(trial)
         return trial
 
@@ -166,7 +184,15 @@ class TuningSession:
         batch_size = batch_size or self.batch_size
         if self.budget_bytes is None:
             return Setting(0, lb, batch_size)
-        return Setting(self.predictor.fewest_swaps(self.budget_bytes, lb, batch_size), lb, batch_size)
+        return Setting(self.predictor.fewest_swaps(self.replay_budget(), lb, batch_size), lb, batch_size)
+
+    def replay_budget(self) -> int | None:
+        """The budget in the replay's bytes: where measured steps say the device holds more than the replay
+        (``device_correction``), the replayed peak the device holds as the budget; else the budget."""
+        correction = self.device_correction()
+        replayed = None if correction is None or self.budget_bytes is None else \
+            correction.replay_budget(self.budget_bytes, self.persistent_bytes)
+        return self.budget_bytes if replayed is None else replayed
 
     def search(self, max_trials: int = 12, batch_size: int | None = None, lb: int = 1,
                lb_values=DEFAULT_LB_VALUES, n_values=None) -> PatternSearch:

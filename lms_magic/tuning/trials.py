@@ -28,17 +28,19 @@ class TrialRunner:
         steps: timed steps per trial (one more runs first, untimed).
         lms_options: more :class:`lms_magic.LMS` options (``min_bytes``,
             ``device``, ``host_device``...).
-        predictor: a :class:`~lms_magic.lms.core.prediction.StepPredictor`, for the peak when no GPU measures one.
+        predicted_peak: the predicted peak of a :class:`~lms_magic.lms.core.autotune.Setting` in bytes (the
+            tuning session's estimate), for the peak when no GPU measures one.
 
     On a GPU with TensorFlow the peak is TensorFlow's allocator peak for the
     trial (``peak_source`` says "measured"). Without one the trials train on
-    the CPU in the accelerator role and the peak is the liveness replay of the
-    graph that ran, so ``gpu`` is False and the times are not GPU times. On
+    the CPU in the accelerator role and the peak is LMS's own figure of the
+    graph that ran (without LMS, ``predicted_peak``), so ``gpu`` is False and
+    the times are not GPU times. On
     JAX the peak is the prediction from the step's jaxpr (JAX's device peak
     cannot be reset between trials), and ``peak_source`` says so.
     """
 
-    def __init__(self, model, data, steps: int = 5, lms_options: dict | None = None, predictor=None):
+    def __init__(self, model, data, steps: int = 5, lms_options: dict | None = None, predicted_peak=None):
         compiled_model(model)
         whole_number("steps", steps, 1)
         take_samples(data, 1)  # refuse bad data before anything runs
@@ -50,7 +52,7 @@ class TrialRunner:
         default, default_is_gpu = self.framework.trial_device()
         self.device = self.options.pop("device", None) or default
         self.gpu = default_is_gpu if self.device == default else "GPU" in self.device.upper()
-        self.predictor = predictor
+        self.predicted_peak = predicted_peak
         self.start = FairStart(model, seed=1234)
 
     @property
@@ -96,6 +98,6 @@ class TrialRunner:
             return int(tf.config.experimental.get_memory_info(self.device.strip("/"))["peak"])
         if lms is not None and lms.stats.device_peak_bytes:
             return int(lms.stats.device_peak_bytes)
-        if self.predictor is not None:
-            return self.predictor.predict(setting.n_tensors, setting.lb, setting.batch_size).peak_bytes
+        if self.predicted_peak is not None:
+            return self.predicted_peak(setting)
         return None

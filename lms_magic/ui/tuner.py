@@ -49,7 +49,7 @@ class Tuner:
         batch = session.batch_size
         candidates = session.predictor.predict(-1, 1, batch).candidates
         start = session.start(batch) if session.budget_bytes else Setting(candidates, 1, batch)
-        unbudgeted = session.predictor.predict(0, 1, batch).peak_bytes
+        unbudgeted = session.estimate(Setting(0, 1, batch)).peak_bytes_without_lms
         budget_mib = (session.budget_bytes or unbudgeted) / MIB
         style = {"description_width": "110px"}
         layout = widgets.Layout(width="460px")
@@ -176,6 +176,7 @@ class Tuner:
                 + ("" if e.step_ratio is None or recompute else
                    f"<tr><td>predicted step time</td><td><b>{e.step_ratio - 1:+.0%}</b> "
                    f"(compute {e.compute_source})</td></tr>")
+                + (f"<tr><td>device</td><td>{html.escape(e.measured)}</td></tr>" if e.measured else "")
                 + "</table>")
 
     def _recomputed_bytes(self) -> int:
@@ -194,7 +195,11 @@ class Tuner:
                  "with LMS": predictor.explain(setting.n_tensors, setting.lb, setting.batch_size)}
         figure = go.Figure([go.Bar(name=kind.replace("_", " "), x=list(peaks),
                                    y=[peak["by_kind"].get(kind, 0) / MIB for peak in peaks.values()]) for kind in KINDS])
-        figure.update_layout(title="what fills the predicted peak (MiB)", barmode="stack", height=340, width=420,
+        if self.estimate.measured:  # what the measured steps say the allocator holds beyond the replay's tensors
+            predicted = (self.estimate.peak_bytes_without_lms, self.estimate.peak_bytes)
+            figure.add_trace(go.Bar(name="allocator beyond the replay (measured)", x=list(peaks), y=[
+                (bytes_ - sum(peak["by_kind"].values())) / MIB for bytes_, peak in zip(predicted, peaks.values())]))
+        figure.update_layout(title="what fills the predicted peak (MiB)", barmode="relative", height=340, width=420,
                              margin=dict(l=50, r=20, t=40, b=40))
         self.makeup_figure, self.peaks = figure, peaks
         self.makeup_output.outputs = ({"output_type": "display_data", "data": figure_bundle(figure),

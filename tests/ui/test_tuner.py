@@ -66,25 +66,44 @@ def test_frontier_draws_the_predicted_peak_by_batch_size_against_the_budget(tuni
     assert [trace.name for trace in tuner.frontier_figure.data] == ["without LMS", "LMS"]
 
 
-def test_the_frontier_reads_the_plain_steps_explain_fit_measured_before(accelerator_memory, tuning_data, devices):
-    """The frontier runs no step; where explain_fit measured this model's plain steps on the device earlier in the
-    process, their correction holds its figures (one model of the device)."""
+def test_the_sliders_say_what_explain_fit_measured_once_it_has(accelerator_memory, tuning_data, devices):
+    """The sliders predict from the replay until plain steps of this model are measured on the device; from then on
+    (the session already open) every figure is explain_fit's, the measured step's where one ran, and the peak's
+    make-up adds up to it; the frontier runs no step and draws the same figures (one model of the device)."""
     from lms_magic import explain_fit
     from lms_magic.tuning.session import TuningSession
     from tests.models import reference_cnn_small
 
-    accelerator_memory("32MiB")
+    accelerator_memory("64MiB")  # batch 16 fits: its step is measured
     model = reference_cnn_small()
     options = dict(min_bytes=0, device=devices.accelerator, host_device=devices.host)
-    measured = explain_fit(model, tuning_data, batch_size=16, modes=("without LMS",), **options)
-    fits = []
-    fit = model.fit
+    tuner = Tuner(TuningSession(model, tuning_data, batch_size=16, steps=2, **options))
+    replayed = tuner.estimate
+    assert replayed.measured == "" and "device</td>" not in tuner.prediction_html.value
+    found = explain_fit(model, tuning_data, batch_size=16, modes=("without LMS",), batch_sizes=(4, 16),
+                        **options)
+    measured = {found.correction.batch_size: found.correction.measured_bytes, found.correction.other[0]:
+                found.correction.other[1]}
+    persistent = tuner.session.persistent_bytes
+    frontier = {(point.mode, point.batch_size): point.peak_bytes for point in found.frontier}
+    assert 16 in measured, found.correction
+    for batch in sorted({4, 16, *measured} & set(tuner.controls["batch_size"].options)):
+        tuner.controls["batch_size"].value = batch
+        tuner.controls["n_tensors"].value = 0
+        assert tuner.estimate.peak_bytes_without_lms == tuner.estimate.peak_bytes
+        if batch in measured:  # the allocator's peak of the step measured there
+            assert tuner.estimate.peak_bytes_without_lms == persistent + measured[batch], batch
+        if ("without LMS", batch) in frontier:
+            assert tuner.estimate.peak_bytes_without_lms == frontier["without LMS", batch], batch
+    assert "measured: plain steps held" in tuner.estimate.measured and "device</td>" in tuner.prediction_html.value
+    tuner.controls["n_tensors"].value = tuner.controls["n_tensors"].max
+    stacked = [sum(trace.y[i] for trace in tuner.makeup_figure.data) for i in (0, 1)]
+    assert stacked == pytest.approx([tuner.estimate.peak_bytes_without_lms / MIB, tuner.estimate.peak_bytes / MIB])
+    # the frontier runs no step and draws the same figures
+    fits, fit = [], model.fit
     model.fit = lambda *args, **kwargs: (fits.append(kwargs.get("batch_size")), fit(*args, **kwargs))[1]
-    found = Tuner(TuningSession(model, tuning_data, batch_size=16, steps=2, **options)).show_frontier()
-    steps = {measured.correction.batch_size, measured.correction.other[0]} | {
-        step.batch_size for step in measured.modes[0].confirmed.tried}
-    assert found.correction is not None and fits == [], (found.correction, fits)
-    assert {found.correction.batch_size, found.correction.other[0]} <= steps, (found.correction, steps)
+    drawn = {(point.mode, point.batch_size): point.peak_bytes for point in tuner.show_frontier().frontier}
+    assert fits == [] and drawn["without LMS", 16] == persistent + measured[16], (drawn, measured)
 
 
 def test_stop_ends_autotune_between_trials(tuning_session):

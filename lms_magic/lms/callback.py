@@ -109,6 +109,11 @@ class LMS(keras.callbacks.Callback):
     After training, ``stats`` (an ``LmsStats``) holds what was done, and the device peak predicted
     (TensorFlow, PyTorch, and JAX from the step's jaxpr: docs/jax.md) or measured (PyTorch with CUDA).
 
+    Its state (18 attributes) is what one fit's callback must carry between Keras's calls: its options, stats and
+    backend factory; the fit's backend and the train function it wraps; what it reads of the device around each
+    step (the allocator, the step's peak, what the host held before, whether the host shares the allocator); the
+    checked step's start and the steps begun (what a probe's decision weighs); and the summary's schedule.
+
     Example:
         >>> import keras, numpy as np
         >>> from lms_magic import LMS

@@ -85,6 +85,10 @@ class IndexedGraph:
 
     Args:
         nodes: the graph, names unique.
+
+    Its state (16 attributes) is the graph read once into flat lists by node number (names, inputs, control
+    inputs, priorities, predecessors, users, sizes, shares, readers), each kept because every replay walks them:
+    a plan search replays the graph again for each count of tensors it tries.
     """
 
     def __init__(self, nodes: list[Node]):

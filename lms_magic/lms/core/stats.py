@@ -21,6 +21,9 @@ _INTERNAL = ("records", "partition_graphs")  # graph objects, for inspection: no
 class LmsStats:
     """What LMS swapped and the device peaks it predicted or measured.
 
+    A record, not an actor: its fields (about 50) are the figures ``callback.stats[...]``, the dashboard and the
+    summary line read, each filled in by the part of LMS that found it; nothing here decides anything.
+
     Example:
         >>> stats = LmsStats(active=True, backend="torch", swapped_tensors=3, device_peak_bytes=2**20,
         ...                  peak_source="measured", lb_counts="layers")

@@ -71,6 +71,10 @@ class TracePlanner:
         persistent_bytes: the weights and optimizer state's bytes, read when a plan is made.
         measured_device: what the process measured of this model on this device with these data
             (``core.device_model.MeasuredDevice``, or None), read when the first plan is made.
+
+    Its state (16 attributes) is its arguments (the options it plans by, the stats it writes, the layer lookup,
+    the devices it may not place on, the persistent bytes and the measured device) and what one trace's plan
+    leaves for the next (the budget allowed, the step-cost model, the candidates found and known, the hint).
     """
 
     def __init__(self, options: LmsOptions, stats: LmsStats, layer_of, elsewhere: tuple,

@@ -44,6 +44,10 @@ class TorchBackend:
         options: the LMS options (``device`` None: the device the model trains on).
         stats: the fit's stats (``capacity_bytes`` found by the callback), filled in after the first step.
         observer: handed to the :class:`TorchOffloader` (its events, for watching). Defaults to None.
+
+    Its state (17 attributes) is its arguments, the offloader, and what one fit carries from its first step to the
+    next (the backward reads, the graph release plan, the model's own train function, the memo key and what it
+    remembered, the lean ops, the batch's shapes, the recomputed tensors, the recorder of the checked step).
     """
 
     jit_note = ("torch.compile (jit_compile) is off while LMS trains: it traces its own graph around autograd's "

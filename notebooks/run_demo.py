@@ -48,8 +48,10 @@ def run(path: pathlib.Path, out_dir: pathlib.Path, overrides: dict[str, str], ti
         # encryption" warnings in make demo's output
         kernel = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
         try:
+            # cleanup_kc: the client's channels stopped with the kernel (given a kernel manager, nbclient keeps
+            # them: a heartbeat thread a notebook, pinging a kernel that is gone, in the process that ran it)
             NotebookClient(notebook, km=kernel, timeout=timeout_s, store_widget_state=True,
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+                           resources={"metadata": {"path": str(path.parent)}}).execute(cleanup_kc=True)
         finally:
             if kernel.has_kernel:
                 kernel.shutdown_kernel()

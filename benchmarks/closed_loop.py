@@ -124,8 +124,11 @@ def run(name: str) -> list[Figure]:
     from lms_magic.sizing.measured import step_meter
 
     model, data = build(name, 64)
-    replay = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=False, min_bytes=0)
-    found = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=True, min_bytes=0)
+    others = tuple(batches)
+    replay = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=False, min_bytes=0,
+                                   batch_sizes=others)
+    found = lms_magic.explain_fit(model, data, batch_size=asked, modes=("without LMS",), confirm=True, min_bytes=0,
+                                  batch_sizes=others)
     correction, plain = found.correction, found.modes[0]
     print(f"{name}: {correction.words}")
     print(f"{name}: replay's largest {replay.modes[0].largest_batch}, corrected {plain.largest_batch}, "
@@ -140,21 +143,29 @@ def run(name: str) -> list[Figure]:
                Figure(f"{name}: batch sizes measured to confirm (bisection: {bisect_steps})", "one run",
                       len(plain.confirmed.tried), "batch sizes")]
     replay_ratios, corrected_ratios = [], []
+    # the figures a user reads: explain_fit's own at each batch (the corrected one holds each kernel's measured
+    # scratch at its op, and the line's fixed part), past the weights and optimizer state
+    replayed, corrected = (step_bytes(explained, persistent) for explained in (replay, found))
     for batch in (b for b in batches if b != correction.batch_size):
-        step = predictor.plain_peak_bytes(batch) - persistent
         real = measured(name, batch)
-        replay_ratios.append(step / real)
-        corrected_ratios.append(step * correction.ratio / real)
-        print(f"{name} batch {batch}: replay {step / 2**20:.1f} MiB, corrected {step * correction.ratio / 2**20:.1f}"
-              f" MiB, measured {real / 2**20:.1f} MiB (median of {PROCESSES} processes)")
+        replay_ratios.append(replayed[batch] / real)
+        corrected_ratios.append(corrected[batch] / real)
+        print(f"{name} batch {batch}: replay {replayed[batch] / 2**20:.1f} MiB, corrected "
+              f"{corrected[batch] / 2**20:.1f} MiB, measured {real / 2**20:.1f} MiB (median of {PROCESSES} processes)")
     for label, ratios in (("replay", replay_ratios), ("corrected", corrected_ratios)):
         figures.append(Figure(f"{name}: {label} over measured peak without LMS, batches {batches}", "each batch",
                               round(statistics.median(ratios), 3), "x", round(min(ratios), 3), round(max(ratios), 3),
                               "min-max over the batches", "0.90-1.10"))
-    return figures + [same_process(name, model, data, predictor, correction, batches)]
+    return figures + [same_process(name, model, data, corrected, correction, batches)]
 
 
-def same_process(name, model, data, predictor, correction, batches) -> Figure:
+def step_bytes(explained, persistent: int) -> dict[int, int]:
+    """``explained``'s figure without LMS at each frontier batch, past the weights and optimizer state."""
+    return {point.batch_size: point.peak_bytes - persistent for point in explained.frontier
+            if point.mode == "without LMS"}
+
+
+def same_process(name, model, data, corrected, correction, batches) -> Figure:
     """The corrected figure over a plain ``model.fit`` in the same process (a train function of its own, the
     steps after the first): what a user's next fit there holds. TensorFlow's executor sets a process's order of
     independent ops, and with it the peak (the U-Net holds about 1.4x in some processes), so the correction is
@@ -164,7 +175,7 @@ def same_process(name, model, data, predictor, correction, batches) -> Figure:
     ratios = []
     for batch in (b for b in batches if b != correction.batch_size):
         x, y = (np.resize(part, (4 * batch, *part.shape[1:])) for part in data)  # the samples repeated
-        step = (predictor.plain_peak_bytes(batch) - predictor.persistent_bytes) * correction.ratio
+        step = corrected[batch]
         held = fit_step_peaks(model, x, y, batch)["step_peak_bytes"]
         ratios.append(step / held)
         print(f"{name} batch {batch}: corrected {step / 2**20:.1f} MiB, a fit in this process {held / 2**20:.1f} MiB")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.abc
+import logging
 import importlib.machinery
 import os
 import re
@@ -111,3 +112,26 @@ def import_keras_quietly() -> None:
     """Imports Keras (and its backend's framework) with the start-up lines hidden."""
     with start_up_lines_hidden():
         import keras  # noqa: F401
+
+
+class _OwnRetraces(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def own_retraces_hidden() -> Iterator[None]:
+    """TensorFlow's warning that a function was traced again and again, left out while this package runs steps of
+    its own (each batch size measured and each tuning trial traces the step anew): the warning would tell the user
+    to change code that is not theirs. Any other warning still shows.
+
+    Example:
+        >>> with own_retraces_hidden():
+        ...     logging.getLogger("tensorflow").warning("5 out of the last 13 calls triggered tf.function retracing")
+    """
+    hidden, logger = _OwnRetraces(), logging.getLogger("tensorflow")
+    logger.addFilter(hidden)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hidden)

@@ -10,7 +10,6 @@ and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch 
 
 from __future__ import annotations
 
-import logging
 import random
 
 import keras
@@ -19,6 +18,7 @@ import numpy as np
 from ..lms.core import device_model
 from ..lms.core.plan import BudgetError
 from ..lms.explain.largest import MeasuredStep
+from ..quiet import own_retraces_hidden
 
 MEASURED_STEPS = 3  # steps measured at a batch size, after one that warms up (traces) and is not read
 
@@ -167,31 +167,20 @@ class StepMeter:
         history = getattr(self.model, "history", None)
         random_state, numpy_state = random.getstate(), np.random.get_state()
         start = FairStart(self.model, reseed=False)
-        hidden = _OwnRetracesHidden()
-        logging.getLogger("tensorflow").addFilter(hidden)
         try:
             # exactly steps + 1 batches, run to the epoch's end (not stopped at its last step: that leaves Keras's
             # epoch generator suspended with its tf.data iterator and threads, for a full collection to free)
-            outcome = start.run(self.model.fit, args, {**data_kwargs, "batch_size": batch_size, "epochs": 1, "shuffle": False,
-                                                         "verbose": 0}, lms + [peaks])
+            with own_retraces_hidden():
+                outcome = start.run(self.model.fit, args, {**data_kwargs, "batch_size": batch_size, "epochs": 1,
+                                                           "shuffle": False, "verbose": 0}, lms + [peaks])
         except BudgetError:  # no plan of LMS's fits the budget at this batch: as if out of memory
             outcome = None
         finally:
-            logging.getLogger("tensorflow").removeFilter(hidden)
             start.restore()
             random.setstate(random_state)
             np.random.set_state(numpy_state)
             self.model.history = history
         return outcome
-
-
-class _OwnRetracesHidden(logging.Filter):
-    """TensorFlow's warning that a function was traced again and again, left out while steps are measured: each
-    batch size measured traces the step anew, and the warning would tell the user to change code that is not
-    theirs."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "triggered tf.function retracing" not in record.getMessage()
 
 
 class Unmeasured(Exception):

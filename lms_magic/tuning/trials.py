@@ -17,6 +17,7 @@ from ..lms.core.autotune import Setting, Trial
 from ..lms.options import compiled_model, whole_number
 from ..lms.samples import fit_arguments, take_samples
 from ..fit.runs import FairStart
+from ..quiet import own_retraces_hidden
 
 
 class TrialRunner:
@@ -82,9 +83,10 @@ class TrialRunner:
             # exactly steps + 1 batches, run to the epoch's end: a fit stopped at its last step leaves Keras's epoch
             # generator suspended with its tf.data iterator, in a cycle only a full collection frees (its threads
             # piled up over trials, and freeing them all at once stalled a tuning test for seconds)
-            outcome = self.start.run(self.model.fit, args, {**data_kwargs, "batch_size": setting.batch_size, "epochs": 1,
-                                                               "shuffle": False, "verbose": 0},
-                                     [lms] if lms else [], before_fit=reset_peak)
+            with own_retraces_hidden():  # each trial traces the step anew: not the user's code to change
+                outcome = self.start.run(self.model.fit, args, {**data_kwargs, "batch_size": setting.batch_size,
+                                                                "epochs": 1, "shuffle": False, "verbose": 0},
+                                         [lms] if lms else [], before_fit=reset_peak)
             if outcome.status == "oom":
                 return Trial(setting, "oom", message=f"out of memory: {outcome.error_line}")
             return Trial(setting, "ok", step_s=outcome.recorder.time_per_step_s(), peak_bytes=self._peak(setting, lms))

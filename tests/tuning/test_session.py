@@ -84,3 +84,25 @@ def test_trials_leave_no_threads_behind(tuning_data):
     finally:
         gc.enable()
     assert after <= before, (before, after)
+
+
+def test_a_trial_hides_tensorflows_retracing_advice_and_nothing_else(tuning_data, caplog):
+    """Each trial traces the step anew, and after a few TensorFlow advises changing the code that retraces: not
+    the user's code, so a trial leaves that warning out; any other warning still shows."""
+    import logging
+
+    model = reference_cnn_small()
+    real_fit = type(model).fit
+
+    def fit_that_warns(*args, **kwargs):
+        tensorflow_log = logging.getLogger("tensorflow")
+        tensorflow_log.warning("5 out of the last 13 calls to <function multi_step_on_iterator> triggered "
+                               "tf.function retracing. Tracing is expensive")
+        tensorflow_log.warning("a warning of the user's own")
+        return real_fit(model, *args, **kwargs)
+
+    model.fit = fit_that_warns
+    TuningSession(model, tuning_data, batch_size=16, steps=1, **OPTIONS).measure(Setting(0, 1, 16))
+    logged = [record.getMessage() for record in caplog.records if record.name == "tensorflow"]
+    assert "a warning of the user's own" in logged, logged
+    assert not any("triggered tf.function retracing" in message for message in logged), logged

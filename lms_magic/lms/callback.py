@@ -142,6 +142,7 @@ class LMS(keras.callbacks.Callback):
         self._shares_host = False  # the counter is the simulated device's, which the host shares
         self._checking = False  # a step whose plan is checked has begun, and is not acted on yet
         self._planning_since: float | None = None  # when the first step whose plan is checked began
+        self._checked_since = 0.0  # when the step whose plan is checked now began (a retrace's cost: LmsStats)
         self._steps_begun = 0  # this fit's steps so far
         self._process = (0, 1)  # this process's index among those training together, and their count
 
@@ -223,8 +224,9 @@ class LMS(keras.callbacks.Callback):
             self._function.arm()
             if self._summary_due:
                 self._checking = True
+                self._checked_since = time.perf_counter()
                 if self._planning_since is None:
-                    self._planning_since = time.perf_counter()
+                    self._planning_since = self._checked_since
                 if self._counter is not None:  # a step whose plan is checked: measured
                     self._counter.reset()
                     self._held_before, self._step_peak_bytes = self._counter.read()[0], 0
@@ -244,8 +246,7 @@ class LMS(keras.callbacks.Callback):
         measured = None if unread else max(0, max(counter.read()[1], self._step_peak_bytes) - self._held_before)
         steps = (self.params or {}).get("steps")
         self.stats.update(steps_left=steps * (self.params.get("epochs") or 1) - self._steps_begun if steps else None,
-                          checked_step_s=None if self._planning_since is None
-                          else time.perf_counter() - self._planning_since)
+                          checked_step_s=time.perf_counter() - self._checked_since)
         action = self._backend.first_step_done() if measured is None else self._backend.first_step_done(measured)
         if action is Action.RETRACE:  # the next step traces the backend's new plan, and is checked in turn
             self._install(self._backend.train_step(self._keras_model.train_step), self._backend.jit_note)

@@ -3,7 +3,9 @@ planned again where the device held more than the plan was allowed, kept where i
 fake here (a GPU's is read on a GPU; the simulated accelerator shares TensorFlow's CPU allocator with the host)."""
 
 import re
+import types
 
+import keras
 import numpy as np
 import pytest
 
@@ -39,20 +41,37 @@ def unread_profile(monkeypatch):
     monkeypatch.setattr(shared_host, "lms_step_held", lambda profile, routes, size_of: (1, 1, 0))
 
 
-def fit(devices, budget, allocator=None):
+def fit(devices, budget, allocator=None, after=()):
     callback = LMS(device=devices.accelerator, host_device=devices.host, min_bytes=0, verbose=0, budget=budget)
     callback.allocator = allocator
     if allocator is not None:
         allocator.stats = lambda: callback.stats
     model = models.reference_cnn_small()
     x, y = models.images(96, 32)  # three steps: the first, checked; two after it, on the plan that stands
-    history = model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    history = model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[callback, *after])
     return callback.stats, history
+
+
+class Ticks(keras.callbacks.Callback):
+    """A clock (``now[0]``) that moves ``step_s`` at each step's end."""
+
+    def __init__(self, now: list, step_s: float):
+        super().__init__()
+        self.now, self.step_s = now, step_s
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.now[0] += self.step_s
 
 
 def test_a_plan_whose_first_step_held_more_than_allowed_is_made_again_for_what_the_device_holds(devices,
                                                                                                costly_copies,
-                                                                                               unread_profile):
+                                                                                               unread_profile,
+                                                                                               monkeypatch):
+    """... and the retrace the probe's swaps are weighed against costs one checked step's time (a trace, the
+    rewrite, a run), not the time since the first checked step began (two traces there): with a clock that moves
+    100 s a step, 100 s."""
+    from lms_magic.lms import callback as callback_module
+
     # a budget between the step without LMS and with every candidate swapped: the plan moves some of them
     plain_stats, _ = fit(devices, budget=None)
     persistent = plain_stats.persistent_bytes
@@ -63,9 +82,13 @@ def test_a_plan_whose_first_step_held_more_than_allowed_is_made_again_for_what_t
     # the device holds 1.3x the step bytes the first plan predicts, above the budget; within it where more moves
     first_step = int(1.3 * (first.device_peak_bytes - persistent))
     assert persistent + first_step > budget
+    now = [0.0]
+    monkeypatch.setattr(callback_module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     stats, history = fit(devices, budget, Allocator(
-        lambda swapped: first_step if swapped == first.swapped_tensors else (budget - persistent) * 9 // 10))
+        lambda swapped: first_step if swapped == first.swapped_tensors else (budget - persistent) * 9 // 10),
+        after=[Ticks(now, 100.0)])
     assert stats.replanned and any("planned again" in note for note in stats.notes), stats.notes
+    assert stats.checked_step_s == 100.0
     # the plan made again moves more; its step, measured, fits the budget, and the stats show that step
     assert stats.swapped_bytes_per_step > first.swapped_bytes_per_step
     assert stats.predicted_step_peak_bytes == stats.device_peak_bytes < first.device_peak_bytes

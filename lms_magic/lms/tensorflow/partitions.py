@@ -282,14 +282,17 @@ def _fill_unknown_sizes(nodes: list[Node], unknown: list[str],
     element-wise ops, such as an optimizer's updates in nested functions, and comparisons), at its own element
     size where ``itemsizes`` knows both (a bool of a float32 input: a quarter of its bytes), else its bytes."""
     itemsizes = itemsizes or {}
+    # an input's node by name (of a name two partitions share, the last one); each node's own place
     position = {node.name: index for index, node in enumerate(nodes)}
+    own_position = {id(node): index for index, node in enumerate(nodes)}
 
     def itemsize(name: str, index: int) -> int | None:
         sizes = itemsizes.get(name)
         return sizes[index] if sizes is not None and index < len(sizes) else None
 
     for node in execution_order(nodes):
-        node = nodes[position[node.name]]
+        at = own_position[id(node)]
+        node = nodes[at]
         if all(size is not None for size in node.outputs):
             continue
         if node.on_device:
@@ -303,8 +306,8 @@ def _fill_unknown_sizes(nodes: list[Node], unknown: list[str],
                 own = itemsize(node.name, index)
                 size = max([nbytes // each * own if own and each else nbytes for nbytes, each in known], default=0)
             outputs.append(size)
-        nodes[position[node.name]] = Node(node.name, tuple(outputs), node.inputs, node.control_inputs, node.on_device,
-                                          node.alias_input, node.priority, node.forwards_input)
+        nodes[at] = Node(node.name, tuple(outputs), node.inputs, node.control_inputs, node.on_device,
+                         node.alias_input, node.priority, node.forwards_input)
     return nodes
 
 

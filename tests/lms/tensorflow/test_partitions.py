@@ -140,6 +140,21 @@ def test_an_output_of_unknown_size_holds_its_inputs_elements_at_its_own_element_
     assert sized(None)[0]["less"] == (400,)
 
 
+def test_two_partitions_nodes_of_one_name_are_each_sized_and_the_step_replays():
+    """TensorFlow names some nodes alike in two partitions of one step (a tf.data fit's metrics ``optional`` in
+    each, read by its partition's results): each node of unknown size is sized, and the step replays (the first of
+    the two was left unsized, and LMS's prediction fell back to the traced graph)."""
+    device = [node("mean", "Mean"), node("optional", "OptionalFromValue", ["mean"]),
+              node("done", "Identity", ["optional"])]
+    host = [node("count", "Mean", device=HOST), node("optional", "OptionalFromValue", ["count"], device=HOST),
+            node("read", "Identity", ["optional"], device=HOST)]
+    sizes = {"mean": 8, "count": 8, "done": 8, "read": 8}
+    nodes, _ = nodes_from_partitions([SimpleNamespace(node=device), SimpleNamespace(node=host)], "device:GPU:0",
+                                     lambda name, op, index: sizes.get(name), lambda name: None)
+    assert [n.outputs for n in nodes if n.name == "optional"] == [(8,), (8,)]
+    assert replay(nodes).peak_bytes > 0
+
+
 def test_a_node_grappler_made_of_another_type_is_sized_by_its_origins_elements():
     """Grappler moves a cast past a reshape: the new reshape holds the origin's elements at the cast's input type
     (bfloat16 here, where the traced reshape held float32)."""

@@ -316,8 +316,8 @@ LMS_FIT_STEPS = 500  # the steps of the fit LMS plans for in --lms (a user's fit
 
 
 def lms_one_process(name: str) -> None:
-    """``--lms``'s one process: explain_fit with its frontier, then a 3-step fit with LMS at each frontier batch
-    its steps did not measure; a JSON line of (way, batch, predicted, LMS's reading, tensors moved)."""
+    """``--lms``'s one process: explain_fit with its frontier, told the fit's length, then a 3-step fit with LMS at
+    each frontier batch its steps did not measure; a JSON line of (way, batch, predicted, LMS's reading, tensors moved)."""
     import lms_magic
 
     memory, asked, batches = MODELS[name]
@@ -333,7 +333,7 @@ def lms_one_process(name: str) -> None:
 
     model, (x, y) = build(name, 64)
     found = lms_magic.explain_fit(model, (x, y), batch_size=asked, modes=("without LMS", *LMS_WAYS),
-                                  batch_sizes=batches, min_bytes=0)
+                                  batch_sizes=batches, min_bytes=0, epochs=1, steps_per_epoch=LMS_FIT_STEPS)
     rows = []
     for mode in found.modes[1:]:
         tried = {step.batch_size for step in (mode.confirmed.tried if mode.confirmed else ())}

@@ -115,10 +115,10 @@ class LmsFitMagics(Magics):
     @staticmethod
     def _at_largest(runner, fit, model, fit_args, fit_kwargs: dict, speed: float, announce) -> dict:
         """``fit_kwargs`` at the largest batch (``largest_batch``), and the runner's LMS options for it."""
-        from ..lms.samples import fit_call, sample_count
+        from ..lms.samples import fit_call, fit_length, sample_count
         from ..sizing.largest import NoCapacityError, largest_batch
 
-        data, batch_size, _ = fit_call(fit, fit_args, fit_kwargs)
+        data, batch_size, rest = fit_call(fit, fit_args, fit_kwargs)
         if batch_size is not None:
             raise ValueError("%%lms_fit --batch-size max chooses the batch size: leave batch_size out of the fit call")
         if len(data) == 1 and not hasattr(data[0], "shape") and not isinstance(data[0], (list, tuple, dict)):
@@ -129,7 +129,8 @@ class LmsFitMagics(Magics):
         options = runner.lms_options
         try:  # the cell's --budget: what every way of training may fill, the device's capacity or not
             chosen = largest_batch(model, data, speed=speed, budget=options.budget_bytes, min_bytes=options.min_bytes,
-                                   device=options.device, host_device=options.host_device)
+                                   device=options.device, host_device=options.host_device,
+                                   **dict(zip(("epochs", "steps_per_epoch"), fit_length(rest))))
         except NoCapacityError:
             raise ValueError("%%lms_fit --batch-size max: no device capacity known (no GPU, no "
                              "simulate_accelerator(memory=...)): put --budget 12GiB (what the batch may fill) on the "

@@ -9,6 +9,7 @@ the work of one fit: ``TensorFlowBackend`` (graph rewrite, executed-graph replay
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 
@@ -137,6 +138,10 @@ class LMS(keras.callbacks.Callback):
         # the device's allocator, read around each step whose plan is checked (an AllocatorCounter: a GPU's,
         # found at the fit's start where this is None; tests give a fake)
         self.allocator = None
+        # the steps of the fit LMS weighs its first step's swaps against a retrace over (None: this fit's own, as
+        # Keras counts them; math.inf: a fit of unknown length); explain_fit's measured steps set the fit they
+        # stand for
+        self.fit_steps: float | None = None
         self._counter, self._held_before = None, 0
         self._step_peak_bytes = 0  # the counter's peak read as the checked step returned
         self._shares_host = False  # the counter is the simulated device's, which the host shares
@@ -245,7 +250,11 @@ class LMS(keras.callbacks.Callback):
         unread = counter is None or self._shares_host and self.stats.swapped_tensors
         measured = None if unread else max(0, max(counter.read()[1], self._step_peak_bytes) - self._held_before)
         steps = (self.params or {}).get("steps")
-        self.stats.update(steps_left=steps * (self.params.get("epochs") or 1) - self._steps_begun if steps else None,
+        total = self.fit_steps
+        if total is None and steps:
+            total = steps * (self.params.get("epochs") or 1)
+        known = total is not None and total != math.inf
+        self.stats.update(steps_left=max(0, total - self._steps_begun) if known else None,
                           checked_step_s=time.perf_counter() - self._checked_since)
         action = self._backend.first_step_done() if measured is None else self._backend.first_step_done(measured)
         if action is Action.RETRACE:  # the next step traces the backend's new plan, and is checked in turn
@@ -344,8 +353,12 @@ class LMS(keras.callbacks.Callback):
         index, count = self._process
         if count > 1:  # on a cluster: which process ran out
             print(f"lms_magic: process {index} of {count} (devices {', '.join(self.stats.devices) or 'its own'}):")
-        print(out_of_memory_account(self._keras_model, data, self.stats.batch_size) if data is not None else
-              not_explained("even with LMS, on a batch this cannot rebuild"))
+        steps = (self.params or {}).get("steps")
+        samples = steps * (self.params.get("epochs") or 1) * self.stats.batch_size if steps and data is not None \
+            else None
+        fit_steps = None if samples is None else lambda batch: -(-samples // batch)  # the same samples, in batches
+        print(out_of_memory_account(self._keras_model, data, self.stats.batch_size, fit_steps) if data is not None
+              else not_explained("even with LMS, on a batch this cannot rebuild"))
         mark_explained(error)
 
     def summary(self) -> str:

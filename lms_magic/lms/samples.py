@@ -82,6 +82,38 @@ def sample_count(x) -> int | None:
     return int(shape[0]) if shape and shape[0] is not None else None
 
 
+def fit_length(rest: dict) -> tuple[int, int | None]:
+    """A fit call's epochs to run (``epochs`` less ``initial_epoch``; Keras's 1 where none given) and its
+    ``steps_per_epoch``, from its arguments by name (``fit_call``'s ``rest``).
+
+    Example:
+        >>> fit_length({"epochs": 5, "initial_epoch": 2, "steps_per_epoch": 10}), fit_length({})
+        ((3, 10), (1, None))
+    """
+    return max(1, (rest.get("epochs") or 1) - (rest.get("initial_epoch") or 0)), rest.get("steps_per_epoch")
+
+
+def fit_steps(data, epochs: int, steps_per_epoch: int | None = None):
+    """The steps a fit of ``epochs`` over ``data`` runs at a batch size, as Keras counts them: ``steps_per_epoch``
+    an epoch where given, else the samples in whole batches and a last, shorter one; None at every batch size where
+    neither is known (a dataset, a generator: its own batches).
+
+    Example:
+        >>> import numpy as np
+        >>> steps = fit_steps((np.zeros((100, 3)), np.zeros(100)), epochs=2)
+        >>> steps(32), steps(100), fit_steps(iter([]), 3, steps_per_epoch=10)(32), fit_steps(iter([]), 3)(32)
+        (8, 2, 30, None)
+    """
+    samples = sample_count(data[0]) if _is_arrays(data) else None
+
+    def at(batch_size: int) -> int | None:
+        if steps_per_epoch is not None:
+            return epochs * steps_per_epoch
+        return None if samples is None else epochs * -(-samples // batch_size)
+
+    return at
+
+
 def _is_texts(data) -> bool:
     """Whether ``data`` is a list of strings (what a KerasHub task model with a preprocessor takes as ``x``)."""
     return isinstance(data, list) and bool(data) and all(isinstance(item, (str, bytes)) for item in data)

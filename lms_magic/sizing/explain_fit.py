@@ -26,7 +26,8 @@ from ..units import format_size
 
 
 def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
-                speed_target: float = 0.9, budget=None, confirm: bool | None = None, **options) -> FitExplanation:
+                speed_target: float = 0.9, budget=None, confirm: bool | None = None, epochs: int | None = None,
+                steps_per_epoch: int | None = None, **options) -> FitExplanation:
     """Why a fit of ``model`` on ``data`` at ``batch_size`` does not fit the device, and what will, before training.
 
     Traces the train step (on TensorFlow once per way of training, the batch asked for sized from that trace by
@@ -58,6 +59,12 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
             less what the host held); False runs nothing (plain steps this process measured before on the same
             model, device and data still correct the figures where they hold the batch: ``%lms_tune``'s frontier
             reads them so). The model, its optimizer, metrics and the random state end as they were.
+        epochs: the fit's epochs, as ``fit`` takes them. With ``steps_per_epoch`` (else the data's samples over
+            each batch size), the fit's length: on TensorFlow a fit too short to pay for a retrace keeps LMS's
+            first step, which swaps every eligible tensor (less memory, more copies), and a way with LMS is
+            predicted so (a retrace timed where steps with LMS ran, else the step's own trace: fewer such fits).
+            Defaults to None: a fit long enough that only copies which cost nothing more stand.
+        steps_per_epoch: as ``fit`` takes it. Defaults to None.
         **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
 
     Returns:
@@ -80,6 +87,16 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         >>> found.modes[0].largest_batch < 6000 < found.modes[1].largest_batch
         True
     """
+    fit_steps = None
+    if epochs is not None:
+        from ..lms.options import whole_number
+        from ..lms.samples import fit_steps as steps_of
+
+        whole_number("epochs", epochs, 1)
+        if steps_per_epoch is not None:
+            whole_number("steps_per_epoch", steps_per_epoch, 1)
+        fit_steps = steps_of(data, epochs, steps_per_epoch)
+
     def closed_loop(capacity_bytes: int | None, usable: int | None, given: bool):
         if confirm is False:  # nothing runs: the steps this process measured before still correct the figures
             kept = _kept_steps(model, data, options) if capacity_bytes else None
@@ -87,13 +104,13 @@ def explain_fit(model, data, batch_size: int = 32, capacity=None, modes=None, ba
         if not capacity_bytes and not confirm:
             return None
         meter, why = (None, "no device capacity known: pass capacity=...") if not capacity_bytes else \
-            _meter(model, data, options, budget=usable if given else None)
+            _meter(model, data, options, budget=usable if given else None, fit_steps=fit_steps)
         if confirm and meter is None:
             raise ValueError(f"confirm=True: {why}; leave confirm out for the predicted figures alone")
         return _ClosedLoop(meter, why)
 
     return explained(model, data, batch_size, capacity, modes, batch_sizes, speed_target, budget, closed_loop,
-                     **options)
+                     fit_steps, **options)
 
 
 class _ClosedLoop:
@@ -103,6 +120,11 @@ class _ClosedLoop:
 
     def __init__(self, meter, unmeasured: str, confirming: bool = True):
         self.meter, self.unmeasured, self.confirming = meter, unmeasured, confirming
+
+    def retrace_s(self) -> float | None:
+        """LMS's first checked step as this device's steps with LMS timed it (``MeasuredDevice.retrace_s``)."""
+        measured = None if self.meter is None else self.meter.measured_device()
+        return None if measured is None else measured.retrace_s()
 
     def correct(self, session, batch_size: int, capacity_bytes: int | None, limit: int | None) -> Correction | None:
         found = None if self.meter is None else _correction(session, self.meter, batch_size, capacity_bytes, limit)
@@ -170,12 +192,12 @@ def measurable(model, data, **options) -> bool:
     return _meter(model, data, options, None)[0] is not None
 
 
-def _meter(model, data, options: dict, budget: int | None):
+def _meter(model, data, options: dict, budget: int | None, fit_steps=None):
     """The meter of the device LMS relieves (``measured.step_meter``), and why there is none."""
     from .measured import step_meter
 
     lms_options = {**options, **({"budget": budget} if budget is not None else {})}
-    return step_meter(model, data, _measured_device_name(options), lms_options)
+    return step_meter(model, data, _measured_device_name(options), lms_options, fit_steps)
 
 
 def _measured_device_name(options: dict) -> str | None:

@@ -54,7 +54,8 @@ def largest_batch(model, data, speed: float = 0.9, capacity=None, batch_size: in
         batch_size: the batch explained beside it (``explain_fit``'s). Defaults to 32.
         confirm: as for ``explain_fit``. Defaults to None: confirmed by steps wherever the device's allocator can
             be read (a GPU; ``simulate_accelerator``'s device, where a step with LMS is read as LMS reads its own).
-        **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``.
+        **options: ``min_bytes``, ``device``, ``host_device``, as for ``LMS``; ``epochs``, ``steps_per_epoch``,
+            the fit's, as for ``explain_fit``.
 
     Returns:
         A :class:`LargestBatch` (``print`` it).

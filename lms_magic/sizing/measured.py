@@ -10,6 +10,7 @@ and reset: TensorFlow on a GPU or on ``simulate_accelerator``'s device, PyTorch 
 
 from __future__ import annotations
 
+import math
 import random
 
 import keras
@@ -75,12 +76,22 @@ class StepMeter:
         lms_options: the options of the LMS a step with LMS runs under (``min_bytes``, ``device``...).
         device: the device measured ("/GPU:0", "/CPU:0" simulated): a plain step's kernel scratch is read where
             the framework reads it there (``Framework.kernel_scratch_recorded``).
+        fit_steps: batch size -> the steps of the fit the steps with LMS stand for (None there, or no
+            ``fit_steps``: a fit of unknown length), as ``samples.fit_steps`` counts them.
     """
 
-    def __init__(self, model, data, counter, lms_options: dict | None = None, device: str | None = None):
+    def __init__(self, model, data, counter, lms_options: dict | None = None, device: str | None = None,
+                 fit_steps=None):
         self.model, self.data, self.counter, self.device = model, data, counter, device
         self.lms_options = dict(lms_options or {})
+        self.fit_steps = fit_steps
         self._known: dict[tuple, MeasuredStep] = {}
+
+    def lms_fit_steps(self, batch_size: int) -> float:
+        """The steps of the fit a step with LMS at ``batch_size`` stands for (``LMS.fit_steps``): so its first step's
+        swaps stand, or the plan is traced, as in that fit; math.inf where its length is unknown."""
+        steps = None if self.fit_steps is None else self.fit_steps(batch_size)
+        return math.inf if steps is None else steps
 
     @property
     def on_gpu(self) -> bool:
@@ -103,10 +114,11 @@ class StepMeter:
         """``steps`` + 1 steps at ``batch_size`` (with LMS where ``with_lms``, its ``options`` over the meter's),
         the first not read; the model and the random state end as they were, whatever happens. A batch measured
         the same way before is not measured again."""
-        key = (batch_size, with_lms, tuple(sorted((options or {}).items())))
+        fit_steps = self.lms_fit_steps(batch_size) if with_lms else None
+        key = (batch_size, with_lms, tuple(sorted((options or {}).items())), fit_steps)
         if key in self._known:
             return self._known[key]
-        kept = self._kept(with_lms, options)
+        kept = self._kept(with_lms, options, fit_steps)
         remembered = None if kept is None else kept.get(batch_size)
         if remembered is not None:
             self._known[key] = remembered
@@ -118,6 +130,8 @@ class StepMeter:
         recording = None if with_lms else lambda: framework().kernel_scratch_recorded(scratch.append, self.device)
         peaks = StepPeaks(self.counter, skip=1, recording=recording)
         lms = [LMS(verbose=0, **{**self.lms_options, **(options or {})})] if with_lms else []
+        for callback in lms:
+            callback.fit_steps = fit_steps
         try:
             outcome = self._run(batch_size, lms, peaks, steps)
         finally:
@@ -129,7 +143,8 @@ class StepMeter:
         else:
             read = peaks.step_bytes or [0]
             found = MeasuredStep(batch_size, with_lms, max(read), (min(read), max(read)),
-                                 scratch=scratch[0] if scratch else None)
+                                 scratch=scratch[0] if scratch else None,
+                                 retrace_s=lms[0].stats.checked_step_s if lms else None)
         self._known[key] = found
         if kept is not None and not found.out_of_memory:  # an out-of-memory step is tried again later
             kept[batch_size] = found
@@ -140,13 +155,15 @@ class StepMeter:
         data (out-of-memory steps are not kept)."""
         return sorted(self._kept() or ())
 
-    def _kept(self, with_lms: bool = False, options: dict | None = None) -> dict | None:
-        """This model's steps kept for this device and data (with LMS: under these options), by batch size, in the
-        process's one model of the device (``lms.core.device_model``); None where they are not kept."""
+    def _kept(self, with_lms: bool = False, options: dict | None = None, fit_steps: float | None = None) -> dict | None:
+        """This model's steps kept for this device and data (with LMS: under these options, for a fit of
+        ``fit_steps``), by batch size, in the process's one model of the device (``lms.core.device_model``); None
+        where they are not kept."""
         measured = self.measured_device()
         if measured is None:
             return None
-        way = device_model.lms_way({**self.lms_options, **(options or {})}) if with_lms else device_model.PLAIN
+        way = device_model.lms_way({**self.lms_options, **(options or {}), "fit_steps": fit_steps}) if with_lms \
+            else device_model.PLAIN
         return measured.steps.setdefault(way, {})
 
     def measured_device(self) -> "device_model.MeasuredDevice | None":
@@ -201,7 +218,7 @@ def _lms_step(batch_size: int, stats) -> MeasuredStep:
                    "held TensorFlow's profiler, or the profile missed a swap)")
         raise Unmeasured(f"LMS's step at batch {batch_size} was not measured on the simulated device: {why}")
     step_bytes = stats.measured_step_peak_bytes - stats.persistent_bytes
-    return MeasuredStep(batch_size, True, step_bytes, (step_bytes, step_bytes))
+    return MeasuredStep(batch_size, True, step_bytes, (step_bytes, step_bytes), retrace_s=stats.checked_step_s)
 
 
 def _arrays(data) -> bool:
@@ -212,8 +229,10 @@ def _arrays(data) -> bool:
                for value in values)
 
 
-def step_meter(model, data, device: str | None, lms_options: dict | None = None) -> tuple[StepMeter | None, str]:
-    """The meter of the device LMS relieves (``device``: "/GPU:0", "/CPU:0" simulated), or None and why not.
+def step_meter(model, data, device: str | None, lms_options: dict | None = None,
+               fit_steps=None) -> tuple[StepMeter | None, str]:
+    """The meter of the device LMS relieves (``device``: "/GPU:0", "/CPU:0" simulated), or None and why not
+    (``fit_steps``: as :class:`StepMeter` takes it).
 
     Example:
         >>> print(step_meter(None, None, None)[1])
@@ -240,7 +259,7 @@ def step_meter(model, data, device: str | None, lms_options: dict | None = None)
         return None, (f"TensorFlow's CPU allocator keeps no statistics: {advice}" if on_cpu else why) + f" ({error})"
     if not counter.counts_every_tensor():
         return None, f"TensorFlow's CPU allocator (oneDNN's) {MISSES_SMALL_TENSORS}: {advice}"
-    return StepMeter(model, data, counter, lms_options, device), ""
+    return StepMeter(model, data, counter, lms_options, device, fit_steps), ""
 
 
 __all__ = ["MEASURED_STEPS", "StepMeter", "StepPeaks", "Unmeasured", "step_meter"]

@@ -73,3 +73,22 @@ def extra_copies_s(cost: StepCost, moved_bytes: int, planned_bytes: int, steps: 
         (0.0, 5.0)
     """
     return cost.compute_s * (cost.ratio(moved_bytes) - cost.ratio(planned_bytes)) * steps
+
+
+def probe_stands(cost: StepCost, probe_bytes: int, planned_bytes: int, steps_left: int | None,
+                 retrace_s: float | None) -> bool:
+    """Whether a first step that moved ``probe_bytes`` (every eligible tensor) runs on rather than a retrace for a
+    plan that moves ``planned_bytes``: where its extra copies over the ``steps_left`` take less than the retrace's
+    ``retrace_s``; where the fit's length or the retrace's time is unknown, only where they cost nothing more.
+
+    Example:
+        >>> cost = StepCost(compute_s=0.3, source="measured", to_host_bytes_per_s=10e9, to_device_bytes_per_s=10e9)
+        >>> probe_stands(cost, int(4e9), 0, 10, 6.0), probe_stands(cost, int(4e9), 0, 100, 6.0)
+        (True, False)
+        >>> probe_stands(cost, int(0.5e9), int(0.1e9), None, None), probe_stands(cost, int(4e9), 0, None, None)
+        (True, False)
+    """
+    if steps_left is None or retrace_s is None:
+        return cost.ratio(probe_bytes) <= cost.ratio(planned_bytes)
+    return extra_copies_s(cost, probe_bytes, planned_bytes, steps_left) < retrace_s
+

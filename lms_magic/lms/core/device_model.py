@@ -156,6 +156,20 @@ class MeasuredDevice:
     steps: dict = field(default_factory=dict)
     correction: Correction | None = None
 
+    def retrace_s(self) -> float | None:
+        """What a retrace of the step costs, as LMS's first checked steps here took (the median of the steps kept
+        with LMS that timed one: ``MeasuredStep.retrace_s``); None where none did.
+
+        Example:
+            >>> from types import SimpleNamespace as Step
+            >>> steps = {PLAIN: {8: Step(retrace_s=None)}, "LMS()": {8: Step(retrace_s=2.0), 16: Step(retrace_s=3.0)}}
+            >>> MeasuredDevice(steps).retrace_s(), MeasuredDevice({PLAIN: {8: Step(retrace_s=None)}}).retrace_s()
+            (3.0, None)
+        """
+        timed = sorted(step.retrace_s for way, steps in self.steps.items() if way != PLAIN
+                       for step in steps.values() if step.retrace_s is not None)
+        return timed[len(timed) // 2] if timed else None
+
 
 # by model, then by setup_key: every later answer on the same model, device and data reads these rather than measure
 # again (a step's peak can differ between two measurements of one batch: the executor may run the backward pass in

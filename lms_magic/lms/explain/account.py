@@ -52,6 +52,17 @@ def fit_data(args: tuple, kwargs: dict, fit=None):
     return dataset, int(batch_size or DEFAULT_BATCH_SIZE)
 
 
+def fit_steps_of(args: tuple, kwargs: dict, fit=None):
+    """The steps a ``fit(x, y, ...)`` call runs at each batch size (``samples.fit_steps``): a way with LMS is
+    predicted as the step a fit that long keeps."""
+    import keras
+
+    from ..samples import fit_call, fit_length, fit_steps
+
+    data, _, rest = fit_call(fit or keras.Model.fit, args, kwargs)
+    return fit_steps(data, *fit_length(rest))
+
+
 def not_explained(why: str) -> str:
     """The one line said above an out-of-memory error whose step cannot be explained: ``why``, then what to run.
 
@@ -64,14 +75,15 @@ def not_explained(why: str) -> str:
             "says what filled the step and the largest batch each way of training fits")
 
 
-def out_of_memory_account(model, data, batch_size: int) -> str:
-    """The lines said above an out-of-memory error of a fit of ``model`` on ``data`` at ``batch_size``: what the
-    step needed, what filled it, what would fit. Never raises: where the step cannot be explained, one line says
-    why (the user's own error must come through whatever happens here)."""
+def out_of_memory_account(model, data, batch_size: int, fit_steps=None) -> str:
+    """The lines said above an out-of-memory error of a fit of ``model`` on ``data`` at ``batch_size``
+    (``fit_steps``: its steps at a batch size, as ``explain_fit``'s ``epochs`` count them): what the step needed,
+    what filled it, what would fit. Never raises: where the step cannot be explained, one line says why (the user's
+    own error must come through whatever happens here)."""
     from .replay import explained
 
     try:
-        found = explained(model, data, batch_size=batch_size)
+        found = explained(model, data, batch_size=batch_size, fit_steps=fit_steps)
     except Exception as error:
         return not_explained(f"the step could not be explained ({error})")
     return "lms_magic: the fit ran out of device memory. Why, and what fits (predicted, nothing trained):\n" + \
@@ -83,9 +95,10 @@ def explain_out_of_memory(model, args: tuple, kwargs: dict, fit=None) -> str:
     None); never raises (where the step cannot be explained, one line says why)."""
     try:
         data, batch_size = fit_data(args, kwargs, fit)
+        fit_steps = fit_steps_of(args, kwargs, fit)
     except Exception as error:
         return not_explained(f"its data could not be read again ({error})")
-    return out_of_memory_account(model, data, batch_size)
+    return out_of_memory_account(model, data, batch_size, fit_steps)
 
 
 class OutOfMemoryExplained(ModelFitReplaced):
@@ -145,7 +158,7 @@ class FitsExplained(ModelFitReplaced):
         from .replay import explained
 
         data, batch_size = fit_data(args, kwargs, original)
-        found = explained(model, data, batch_size=batch_size)
+        found = explained(model, data, batch_size=batch_size, fit_steps=fit_steps_of(args, kwargs, original))
         self._say(str(found))
         return found
 

@@ -75,6 +75,9 @@ class MeasuredStep:
     spread_bytes: tuple[int, int] | None = None
     out_of_memory: bool = False
     scratch: dict[str, int] | None = None  # each op's kernel scratch in one of the steps (None: not read)
+    # with LMS: its first checked step's seconds (a trace of the fit's function, LMS's rewrite, a run): what a
+    # retrace of that step costs, as LMS weighs it (None: not timed)
+    retrace_s: float | None = None
 
 
 @dataclass(frozen=True)

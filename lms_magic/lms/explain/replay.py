@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...units import format_size, parse_bytes
+from ..core.costs import probe_stands
 from ..core.device_model import Correction
 from ..core.plan import CAPACITY_HEADROOM, DEFAULT_MIN_BYTES, MEASURED_HEADROOM, usable_bytes
 from ..core.prediction import StepPredictor
@@ -33,7 +34,7 @@ class _Ways:
     """The predictor of the way of training being looked at, among a model's ``StepPredictors``."""
 
     def __init__(self, model, data, min_bytes: int = DEFAULT_MIN_BYTES, device: str | None = None,
-                 host_device: str | None = None):
+                 host_device: str | None = None, fit_steps=None):
         from ..options import LmsOptions
         from .predictors import StepPredictors
 
@@ -42,6 +43,18 @@ class _Ways:
         self.unavailable = self.predictors.unavailable
         self.predictor: StepPredictor = self.predictors.get()
         self._bandwidth = None
+        self.fit_steps = fit_steps  # batch size -> the fit's steps there (None: a fit of unknown length)
+        self.measured_retrace_s = lambda: None  # the closed loop's: LMS's first step as its steps timed it
+
+    def fit_left(self, batch_size: int) -> tuple[int | None, float | None]:
+        """The fit's steps after its first at ``batch_size`` (None: a fit of unknown length) and what a retrace of
+        its step costs: LMS's first step where the closed loop timed one, else the predictor's own trace of the
+        step (less than LMS's: Keras's trace of the fit's function, LMS's rewrite and a run add to it)."""
+        steps = None if self.fit_steps is None else self.fit_steps(batch_size)
+        if steps is None:
+            return None, None
+        measured = self.measured_retrace_s()
+        return steps - 1, measured if measured is not None else getattr(self.predictor, "trace_s", None)
 
     def set_options(self, lean_ops: bool = False, recompute=False) -> None:
         """The way of training looked at; its first prediction is at the batch asked for (``explain_fit``), so that
@@ -57,10 +70,11 @@ class _Ways:
 
 
 def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batch_sizes=(),
-              speed_target: float = 0.9, budget=None, closed_loop=None, **options) -> FitExplanation:
-    """``explain_fit``'s answer (its arguments but ``confirm``), from the replay; ``closed_loop(capacity_bytes,
-    usable_bytes, given)`` (``given``: a capacity or budget was passed) makes the loop that corrects it by measured
-    steps (``correct``) and confirms each way's largest batch (``confirm``), or None."""
+              speed_target: float = 0.9, budget=None, closed_loop=None, fit_steps=None, **options) -> FitExplanation:
+    """``explain_fit``'s answer (its arguments but ``confirm``; ``fit_steps``: the fit's steps at a batch size,
+    from ``epochs``), from the replay; ``closed_loop(capacity_bytes, usable_bytes, given)`` (``given``: a capacity
+    or budget was passed) makes the loop that corrects it by measured steps (``correct``), confirms each way's
+    largest batch (``confirm``) and times LMS's first step (``retrace_s``), or None."""
     if not 0 < speed_target <= 1:
         raise ValueError(f"speed_target={speed_target!r}: a share of plain speed, above 0 and at most 1 (0.9: 90%)")
     sizes = sorted({whole_number("batch_sizes", size, 1) for size in batch_sizes})
@@ -78,7 +92,9 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
     # the collector paused throughout: the traces and replays make millions of short-lived objects, and each full
     # collection walks the whole process; what they leave is collected after
     with collector_paused():
-        session = _Ways(model, data, **options)
+        session = _Ways(model, data, fit_steps=fit_steps, **options)
+        if loop is not None:
+            session.measured_retrace_s = loop.retrace_s
         chosen = [mode for mode in MODES if modes is None or mode[0] in modes]
         plain = session.predictor.explain(0, 1, batch_size)
         source = session.predictor.plain_peak_source
@@ -149,8 +165,8 @@ def explained(model, data, batch_size: int = 32, capacity=None, modes=None, batc
 
 def prediction_at(session, with_lms: bool, batch: int, capacity_bytes: int | None):
     """The prediction at ``batch``: without LMS; with LMS, of the step its fit runs: its default plan for the
-    capacity, or, where the plan swaps and its framework keeps a first step's swaps of every eligible tensor whose
-    copies cost no more than the plan's (``Framework.keeps_free_probe``) and the step-time model says so, that step
+    capacity, or, where the plan swaps and its framework keeps a first step's swaps of every eligible tensor where
+    their extra copies cost less than a retrace (``Framework.keeps_free_probe``; ``costs.probe_stands``), that step
     (``recompute="only"`` plans on the traced step: no such first step)."""
     if not with_lms:
         return session.predictor.predict(0, 1, batch)
@@ -158,9 +174,11 @@ def prediction_at(session, with_lms: bool, batch: int, capacity_bytes: int | Non
     if not framework().keeps_free_probe or not planned.swapped_bytes_per_step:
         return planned
     probe = session.predictor.predict(-1, 1, batch)
-    cost = session.step_cost(batch)
-    if probe.peak_bytes > planned.peak_bytes or \
-            cost.ratio(probe.swapped_bytes_per_step) > cost.ratio(planned.swapped_bytes_per_step):
+    # as LMS's first step decides (tensorflow/first_step.py): its swaps stand where their extra copies over the
+    # fit's steps left cost less than a retrace
+    if probe.peak_bytes > planned.peak_bytes or not probe_stands(
+            session.step_cost(batch), probe.swapped_bytes_per_step, planned.swapped_bytes_per_step,
+            *session.fit_left(batch)):
         return planned
     return probe
 

@@ -19,7 +19,7 @@ from ... import internals
 from ...units import format_size
 from ..backend import Action
 from ..core import device_model
-from ..core.costs import extra_copies_s
+from ..core.costs import extra_copies_s, probe_stands
 from ..core.plan import BudgetError, Plan, Rule
 from ..core.scratch import chunk_excess
 from ..core.simulate import collector_paused
@@ -303,16 +303,19 @@ class FirstStepChecks:
     def _probe_kept(self, plan: Plan, partitions) -> str | None:
         """Why the probe's swaps (every eligible candidate) stand instead of a retrace for ``plan``, or None: where
         its step fits what the plan had to (its budget, else its peak) and its extra copies over the fit's steps
-        left (``costs.extra_copies_s``) take less than a retrace (about the checked step's own time)."""
+        left take less than a retrace (about the checked step's own time); in a fit of unknown length, where they
+        cost nothing more (``costs.probe_stands``)."""
         cost, left, retrace_s = self.planner.cost, self.stats.steps_left, self.stats.checked_step_s
-        if cost is None or left is None or retrace_s is None or self._hybrid is not None:
+        if cost is None or retrace_s is None or self._hybrid is not None or \
+                not probe_stands(cost, self.stats.swapped_bytes_per_step, plan.moved_bytes, left, retrace_s):
             return None
-        extra_s = extra_copies_s(cost, self.stats.swapped_bytes_per_step, plan.moved_bytes, left)
-        if extra_s >= retrace_s:
-            return None
+        extra_s = 0.0 if left is None else extra_copies_s(cost, self.stats.swapped_bytes_per_step, plan.moved_bytes,
+                                                          left)
         self.check.probe_peak = self._executed_peaks(partitions, without_lms=False)[0]
         if self.check.probe_peak["bytes"] > (plan.budget_bytes if plan.budget_bytes is not None else plan.peak_bytes):
             return None
+        if extra_s > 0:  # they stand for this fit's length: not remembered, a later, longer fit decides for its own
+            self.check.memo_key = None
         return _messages.probe_kept(self.stats.swapped_tensors, len(plan.moved), extra_s, left, retrace_s)
 
     def _over_budget(self, peak_bytes: int, where: str) -> bool:

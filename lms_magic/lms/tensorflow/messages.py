@@ -91,10 +91,21 @@ def batch_notes(batch: int | None, source: str | None) -> list[str]:
     return []
 
 
-def probe_kept(swapped: int, planned: int, extra_s: float, steps_left: int, retrace_s: float) -> str:
-    """The note where the first step's swaps (every eligible tensor) stand rather than a retrace for the plan."""
+def probe_kept(swapped: int, planned: int, extra_s: float, steps_left: int | None, retrace_s: float) -> str:
+    """The note where the first step's swaps (every eligible tensor) stand rather than a retrace for the plan
+    (``steps_left`` None: a fit of unknown length, whose copies cost nothing more).
+
+    Example:
+        >>> probe_kept(14, 6, 0.017, 1, 0.6)
+        "the first step's 14 swaps stand (the plan would move 6): their extra copies add about 0.017 s over the 1 steps left by the step-time model, a second trace about 0.6 s"
+        >>> probe_kept(14, 6, 0.0, None, 0.6).partition(": ")[2]
+        'their copies cost no more than its by the step-time model, in a fit of unknown length'
+    """
+    if steps_left is None:
+        return (f"the first step's {swapped} swaps stand (the plan would move {planned}): their copies cost no more "
+                "than its by the step-time model, in a fit of unknown length")
     return (f"the first step's {swapped} swaps stand (the plan would move {planned}): their extra copies add about "
-            f"{extra_s:.1f} s over the {steps_left} steps left by the step-time model, a second trace about "
+            f"{extra_s:.2g} s over the {steps_left} steps left by the step-time model, a second trace about "
             f"{retrace_s:.1f} s")
 
 

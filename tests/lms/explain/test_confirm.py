@@ -298,6 +298,30 @@ def test_lms_after_explain_fit_gives_the_figure_without_it_that_explain_fit_meas
     keras.backend.clear_session()
 
 
+def test_a_measured_step_with_lms_is_the_step_the_fit_it_stands_for_keeps(simulated, monkeypatch):
+    """explain_fit's steps with LMS run a few steps of a fit, and LMS's first step weighs its swaps against a
+    retrace over the fit they stand for, not over those few: told a fit of 2 steps, the first step's swaps stand
+    (less held); of unknown length, with copies that cost, the plan is traced and measured. Each is kept apart
+    in the device's figures, with its first step's time (what a retrace costs)."""
+    from lms_magic.lms.core import device_model
+    from lms_magic.memory import bandwidth
+    from lms_magic.memory.frameworks import resettable_counter
+    from lms_magic.sizing.measured import StepMeter
+    from tests.models import images, reference_cnn_small
+
+    link = bandwidth.LinkBandwidth(1e9, 1e9, "a test's link")  # the first step's extra copies cost 0.02 s a step
+    monkeypatch.setattr(bandwidth, "host_link_bandwidth", lambda: link)
+    model, data = reference_cnn_small(), images(64, 32)
+    options = {"min_bytes": 0, "budget": 33 << 20}  # 32x32, batch 32: the plan moves 6 of 14 tensors
+    short = StepMeter(model, data, resettable_counter("/CPU:0"), options, "/CPU:0", lambda batch: 2)
+    long = StepMeter(model, data, resettable_counter("/CPU:0"), options, "/CPU:0")
+    kept, planned = short.measure(32, with_lms=True), long.measure(32, with_lms=True)
+    assert kept.step_bytes < 0.8 * planned.step_bytes, (kept, planned)
+    steps = short.measured_device().steps
+    assert sorted(len(way) for key, way in steps.items() if key != device_model.PLAIN) == [1, 1], steps
+    assert kept.retrace_s > 0 and planned.retrace_s > 0 and short.measured_device().retrace_s() > 0
+
+
 def test_a_step_with_lms_that_cannot_be_read_leaves_its_way_predicted_and_says_why(simulated, tmp_path):
     """On the simulated device a step with LMS is read from its profile; where the user's own profiler holds
     TensorFlow's, the LMS way is not confirmed, its line says why, and the plain way is confirmed as before."""
@@ -351,13 +375,21 @@ def test_a_way_with_lms_is_held_to_its_own_steps_and_where_it_moves_nothing_to_t
     def link(bytes_per_s: float):  # steps of 0.1 s of compute, copies over a host link this fast
         return lambda batch: StepCost(0.1, "measured", bytes_per_s, bytes_per_s)
 
-    session = SimpleNamespace(predictor=Predictor(), step_cost=link(1e8))  # copies cost: the plan's step runs
+    # copies cost, over a fit of unknown length: the plan's step runs
+    session = SimpleNamespace(predictor=Predictor(), step_cost=link(1e8), fit_left=lambda batch: (None, None))
     held = MeasuredStep(16, True, 48 * MiB)  # 1.5x its replay's 32 MiB
     found = ModeFit("LMS", 0, True, 16, 1.0, "%%lms_fit", confirmed=Confirmed(16, 58 * MiB, 60 * MiB, True, (held,)))
     assert own_figure(session, found, 16, None) == (58 * MiB, "its step at batch 16 measured")
     peak_bytes, how = own_figure(session, found, 8, None)
     assert peak_bytes == 10 * MiB + 24 * MiB and how.endswith("times 1.50, as its step at 16 held"), how
     assert own_figure(session, found, 4, None) is None
+    # a fit of 11 steps and a retrace of 5 s: the first step's extra copies (0.17 s a step at 8) stand; in one of
+    # 101 steps they would take 17 s: the plan is traced
+    session.fit_left = lambda batch: (10, 5.0)
+    assert own_figure(session, found, 8, None)[0] == 10 * MiB + int(2.4 * 12 * MiB)
+    session.fit_left = lambda batch: (100, 5.0)
+    assert own_figure(session, found, 8, None)[0] == 10 * MiB + 24 * MiB
+    session.fit_left = lambda batch: (None, None)
     session.step_cost = link(1e13)  # the copies hide: the step that swaps every eligible tensor (20 MiB at 16)
     peak_bytes, how = own_figure(session, found, 8, None)
     assert peak_bytes == 10 * MiB + int(2.4 * 12 * MiB) and how.endswith("times 2.40, as its step at 16 held"), how

@@ -210,3 +210,47 @@ def test_an_out_of_memory_whose_data_cannot_be_read_again_says_so_and_what_to_ru
     assert said == ("lms_magic: the fit ran out of device memory; its data could not be read again (the fit was "
                     "given no data). lms_magic.explain_fit(model, data, batch_size=...) says what filled the step "
                     "and the largest batch each way of training fits")
+
+
+def test_a_fit_too_short_to_pay_for_a_retrace_is_predicted_with_the_first_steps_swaps_as_lms_keeps_them(
+        devices, monkeypatch):
+    """LMS's first step on TensorFlow swaps every eligible tensor; where their extra copies over the fit's steps
+    left cost less than a retrace, they stand (less memory, slower steps), else the plan is traced. Told the fit's
+    length, explain_fit predicts the step that fit keeps: over a link where those copies cost about 0.02 s a step,
+    a fit of 2 steps the first step's, one of 3 million the plan's (as for a fit of unknown length). LMS's fits of
+    those lengths do the same, at about the same figure, and the short fit's choice is not reused by the long one."""
+    import gc
+
+    import keras
+    import tensorflow as tf
+
+    from lms_magic.memory import bandwidth
+
+    link = bandwidth.LinkBandwidth(1e9, 1e9, "a test's link")
+    monkeypatch.setattr(bandwidth, "host_link_bandwidth", lambda: link)
+    model, (x, y) = reference_cnn_small(), images(2 * BATCH, 32)
+    capacity = capacity_between(TuningSession(model, (x, y), BATCH, **OPTIONS))
+
+    def lms_way(**fit):
+        return explain_fit(model, (x, y), batch_size=BATCH, capacity=capacity, modes=("LMS",), **OPTIONS,
+                           **fit).modes[0]
+
+    short, long = lms_way(epochs=1), lms_way(epochs=3, steps_per_epoch=10**6)
+    assert short.peak_bytes < long.peak_bytes == lms_way().peak_bytes
+    assert short.step_ratio > long.step_ratio  # more copies a step
+
+    class StopAfterTwo(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            self.model.stop_training = batch >= 1
+
+    budget = short.magic.partition("--budget ")[2]
+    short_fit, long_fit = (LMS(budget=budget, verbose=0, **OPTIONS) for _ in range(2))
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False, callbacks=[short_fit])
+    repeated = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
+    model.fit(repeated, epochs=3, steps_per_epoch=10**6, verbose=0, callbacks=[long_fit, StopAfterTwo()])
+    kept, planned = short_fit.stats, long_fit.stats
+    assert any("swaps stand" in note for note in kept.notes) and kept.swapped_tensors > planned.swapped_tensors > 0, \
+        "\n".join(kept.notes + planned.notes)
+    gc.collect()  # the stopped fit's epoch generator holds its tf.data iterator (and buffers) until collected
+    for way, stats in ((short, kept), (long, planned)):
+        assert abs(way.peak_bytes / stats.device_peak_bytes - 1) < 0.05, (way.peak_bytes, stats.device_peak_bytes)

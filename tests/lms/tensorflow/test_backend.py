@@ -295,6 +295,28 @@ def test_where_the_probes_copies_hide_in_the_steps_left_its_swaps_stand_and_the_
     assert_same_training((plain, expected), (with_lms, history))
 
 
+@pytest.mark.parametrize("link", ["copies hide", "copies cost"])
+def test_in_a_fit_of_unknown_length_the_probes_swaps_stand_only_where_their_copies_cost_nothing_more(lms_options,
+                                                                                                     request, link):
+    """A generator Keras cannot count: no steps left to weigh the probe's extra copies over. Where they cost nothing
+    more than the plan's (hidden under the compute), its swaps stand (said), else the plan is traced."""
+    if link == "copies cost":
+        request.getfixturevalue("costly_copies")
+    x, y = models.images(64, 32)
+    model = models.residual_bn_dropout()
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callback = LMS(**{**lms_options, "n_tensors": None})
+    batches = ((x[start:start + 16], y[start:start + 16]) for start in range(0, 64, 16))  # 4 steps, uncounted
+    model.fit(batches, verbose=0, callbacks=[callback])
+    stats = callback.stats
+    kept = [note for note in stats.notes if "swaps stand" in note]
+    assert stats.steps_left is None and stats.swapped_tensors > 0, stats.notes
+    if link == "copies hide":
+        assert kept and kept[0].endswith("in a fit of unknown length"), stats.notes
+    else:
+        assert not kept and any("swapped from the second step" in note for note in stats.notes), stats.notes
+
+
 def test_the_model_state_is_built_before_the_first_trace_so_a_probing_fit_traces_once_per_plan(lms_options,
                                                                                                costly_copies):
     """Keras builds the optimizer's slots and the metrics inside the first trace, and TensorFlow then traces the

@@ -194,11 +194,30 @@ def run_case(model, how, point, batch, error_type, shell, monkeypatch):
             quiet = "" if point == "summary" else "-q "
             shell.run_cell(f"%%lms_fit --compare {quiet}--device {ACCELERATOR} --host-device {HOST} --min-bytes 0\n"
                            + source)
-    except (KeyboardInterrupt, Fault, tf.errors.OpError):
-        pass
+    except (KeyboardInterrupt, Fault, tf.errors.OpError) as caught:
+        drop_traceback(caught)
     finally:
         CheckedModel.fail_trace = None
         sys.stdout = stdout
+        drop_traceback(error)
+        sys.last_type = sys.last_value = sys.last_traceback = None  # IPython keeps the cell's error there
+
+
+def drop_traceback(error: BaseException) -> None:
+    """Lets the failed fit go now. Its error is held by the case's callbacks and data, and its traceback holds
+    Keras's fit, whose epoch generator stays suspended in a cycle with its iterator and tf.data's: the epoch is
+    closed (``internals.close_stopped_epoch``, as the package does for the fits it runs) and the traceback
+    dropped. Left to a later full collection, freeing the iterators waits for each autotuning thread's next round,
+    which comes at doubling intervals (a test long after stalled 36-64 s in `make test`)."""
+    from lms_magic import internals
+
+    while error is not None:
+        frames, tb = [], error.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        internals.close_stopped_epoch(reversed(frames))
+        error.__traceback__, error = None, error.__context__ or error.__cause__
 
 
 def run_cases(cases, shell, lms_steps, monkeypatch):

@@ -128,9 +128,10 @@ class LmsFitMagics(Magics):
                              "leave --batch-size max out")
         options = runner.lms_options
         try:  # the cell's --budget: what every way of training may fill, the device's capacity or not
+            epochs, steps_per_epoch = fit_length(rest)  # a way with LMS is the step a fit that long keeps
             chosen = largest_batch(model, data, speed=speed, budget=options.budget_bytes, min_bytes=options.min_bytes,
-                                   device=options.device, host_device=options.host_device,
-                                   **dict(zip(("epochs", "steps_per_epoch"), fit_length(rest))))
+                                   device=options.device, host_device=options.host_device, epochs=epochs,
+                                   steps_per_epoch=steps_per_epoch)
         except NoCapacityError:
             raise ValueError("%%lms_fit --batch-size max: no device capacity known (no GPU, no "
                              "simulate_accelerator(memory=...)): put --budget 12GiB (what the batch may fill) on the "

@@ -298,20 +298,20 @@ def test_lms_after_explain_fit_gives_the_figure_without_it_that_explain_fit_meas
     keras.backend.clear_session()
 
 
-def test_a_measured_step_with_lms_is_the_step_the_fit_it_stands_for_keeps(simulated, monkeypatch):
+def test_a_measured_step_with_lms_is_the_step_the_fit_it_stands_for_keeps(simulated, copies_costing):
     """explain_fit's steps with LMS run a few steps of a fit, and LMS's first step weighs its swaps against a
     retrace over the fit they stand for, not over those few: told a fit of 2 steps, the first step's swaps stand
     (less held); of unknown length, with copies that cost, the plan is traced and measured. Each is kept apart
     in the device's figures, with its first step's time (what a retrace costs)."""
     from lms_magic.lms.core import device_model
-    from lms_magic.memory import bandwidth
     from lms_magic.memory.frameworks import resettable_counter
     from lms_magic.sizing.measured import StepMeter
+    from lms_magic.tuning.session import TuningSession
     from tests.models import images, reference_cnn_small
 
-    link = bandwidth.LinkBandwidth(1e9, 1e9, "a test's link")  # the first step's extra copies cost 0.02 s a step
-    monkeypatch.setattr(bandwidth, "host_link_bandwidth", lambda: link)
     model, data = reference_cnn_small(), images(64, 32)
+    # the first step's copies take the step's compute each way: they cost more than the plan's on any CPU
+    copies_costing(TuningSession(model, data, 32, min_bytes=0, device="/CPU:0"), 32, "/CPU:0", 1.0)
     options = {"min_bytes": 0, "budget": 33 << 20}  # 32x32, batch 32: the plan moves 6 of 14 tensors
     short = StepMeter(model, data, resettable_counter("/CPU:0"), options, "/CPU:0", lambda batch: 2)
     long = StepMeter(model, data, resettable_counter("/CPU:0"), options, "/CPU:0")

@@ -213,23 +213,22 @@ def test_an_out_of_memory_whose_data_cannot_be_read_again_says_so_and_what_to_ru
 
 
 def test_a_fit_too_short_to_pay_for_a_retrace_is_predicted_with_the_first_steps_swaps_as_lms_keeps_them(
-        devices, monkeypatch):
+        devices, copies_costing):
     """LMS's first step on TensorFlow swaps every eligible tensor; where their extra copies over the fit's steps
     left cost less than a retrace, they stand (less memory, slower steps), else the plan is traced. Told the fit's
-    length, explain_fit predicts the step that fit keeps: over a link where those copies cost about 0.02 s a step,
-    a fit of 2 steps the first step's, one of 3 million the plan's (as for a fit of unknown length). LMS's fits of
+    length, explain_fit predicts the step that fit keeps: over a link where those copies cost a sixth of the step's
+    compute more than the plan's, a fit of 2 steps the first step's, one of 3 million the plan's (as for a fit of
+    unknown length). LMS's fits of
     those lengths do the same, at about the same figure, and the short fit's choice is not reused by the long one."""
     import gc
 
     import keras
     import tensorflow as tf
 
-    from lms_magic.memory import bandwidth
-
-    link = bandwidth.LinkBandwidth(1e9, 1e9, "a test's link")
-    monkeypatch.setattr(bandwidth, "host_link_bandwidth", lambda: link)
     model, (x, y) = reference_cnn_small(), images(2 * BATCH, 32)
-    capacity = capacity_between(TuningSession(model, (x, y), BATCH, **OPTIONS))
+    session = TuningSession(model, (x, y), BATCH, **OPTIONS)
+    capacity = capacity_between(session)
+    copies_costing(session, BATCH, OPTIONS["device"], 0.5)
 
     def lms_way(**fit):
         return explain_fit(model, (x, y), batch_size=BATCH, capacity=capacity, modes=("LMS",), **OPTIONS,

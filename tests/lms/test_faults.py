@@ -208,7 +208,7 @@ def drop_traceback(error: BaseException) -> None:
     Keras's fit, whose epoch generator stays suspended in a cycle with its iterator and tf.data's: the epoch is
     closed (``internals.close_stopped_epoch``, as the package does for the fits it runs) and the traceback
     dropped. Left to a later full collection, freeing the iterators waits for each autotuning thread's next round,
-    which comes at doubling intervals (a test long after stalled 36-64 s in `make test`)."""
+    which comes at doubling intervals: the later the collection, the longer a test that runs it stalls."""
     from lms_magic import internals
 
     while error is not None:

@@ -142,8 +142,8 @@ def test_an_output_of_unknown_size_holds_its_inputs_elements_at_its_own_element_
 
 def test_two_partitions_nodes_of_one_name_are_each_sized_and_the_step_replays():
     """TensorFlow names some nodes alike in two partitions of one step (a tf.data fit's metrics ``optional`` in
-    each, read by its partition's results): each node of unknown size is sized, and the step replays (the first of
-    the two was left unsized, and LMS's prediction fell back to the traced graph)."""
+    each, read by its partition's results): each node of unknown size is sized, and the step replays (unsized, the
+    replay fails and LMS's prediction falls back to the traced graph)."""
     device = [node("mean", "Mean"), node("optional", "OptionalFromValue", ["mean"]),
               node("done", "Identity", ["optional"])]
     host = [node("count", "Mean", device=HOST), node("optional", "OptionalFromValue", ["count"], device=HOST),

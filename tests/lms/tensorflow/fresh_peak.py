@@ -8,6 +8,11 @@ fresh and 8.9-13.6 MiB after the other models), and a test that measures in
 the pytest process depends on the tests before it. Here the only history is
 the model's own warm-up.
 
+A fresh process is not always the same either: in a few its warm-up leaves
+the free lists so that every later step counts a chunk more (the subclassed
+CNN: 8.4-8.8 MiB in 50 of 52 processes, 10.4 MiB in two, 12.4 MiB in one CI run).
+So ``measure`` takes the median of three processes, run side by side.
+
 Run as ``python -m tests.lms.tensorflow.fresh_peak NAME``; prints the peak in bytes.
 """
 
@@ -42,14 +47,26 @@ def spec_of(spec: str) -> tuple[str, int, int]:
     return name, int(size), int(batch)
 
 
-def measure(name: str) -> int:
-    """Starts a fresh interpreter that measures model ``name`` (one of MODELS, or a keras.applications spec)."""
+def measure(name: str, processes: int = 3) -> int:
+    """The median of ``processes`` fresh interpreters' measures of model ``name`` (one of MODELS, or a
+    keras.applications spec), run side by side."""
     root = Path(__file__).resolve().parents[3]
-    done = subprocess.run([sys.executable, "-m", "tests.lms.tensorflow.fresh_peak", name], cwd=root, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
-    if done.returncode != 0:
-        raise RuntimeError(f"measuring {name!r} failed:\n{done.stderr[-3000:]}")
-    return int(json.loads(done.stdout.strip().splitlines()[-1])["peak_bytes"])
+    running = [subprocess.Popen([sys.executable, "-m", "tests.lms.tensorflow.fresh_peak", name], cwd=root,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(root)}) for _ in range(processes)]
+    peaks = []
+    try:
+        for process in running:
+            out, err = process.communicate(timeout=300)
+            if process.returncode != 0:
+                raise RuntimeError(f"measuring {name!r} failed:\n{err[-3000:]}")
+            peaks.append(int(json.loads(out.strip().splitlines()[-1])["peak_bytes"]))
+    finally:
+        for process in running:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return sorted(peaks)[len(peaks) // 2]
 
 
 def _measure_here(name: str) -> int:

@@ -142,6 +142,16 @@ def costly_copies(monkeypatch):
 
 
 @pytest.fixture
+def free_copies(monkeypatch):
+    """A host link so fast (1 PB/s) that any copies hide under the compute, on any machine: where the plan LMS
+    searches on the probe's graphs costs no less, the probe's swaps stand."""
+    from lms_magic.memory import bandwidth
+
+    fast = bandwidth.LinkBandwidth(1e15, 1e15, "a test's fast link")
+    monkeypatch.setattr(bandwidth, "host_link_bandwidth", lambda: fast)
+
+
+@pytest.fixture
 def accelerator_memory(monkeypatch, devices):
     """Gives the simulated accelerator a capacity (``lms_magic.simulate_accelerator(memory=...)``; the tests'
     CPU is split already, so the call only marks it simulated and sets the memory), put back as it was after the

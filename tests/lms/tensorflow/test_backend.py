@@ -277,7 +277,8 @@ def test_a_second_trace_of_the_step_swaps_the_same_tensors_without_planning_agai
     assert all(any(name.endswith(record.swap_in) for name in swap_ins) for record in callback.stats.records)
 
 
-def test_where_the_probes_copies_hide_in_the_steps_left_its_swaps_stand_and_the_step_is_traced_once(lms_options):
+def test_where_the_probes_copies_hide_in_the_steps_left_its_swaps_stand_and_the_step_is_traced_once(lms_options,
+                                                                                                    free_copies):
     """A retrace of a large step takes seconds (a KerasHub causal LM's about as long as its first step), while
     copies that hide under the compute cost no step time: over a short fit the probe's swaps stand (every eligible
     tensor), said with both times, the step traced once, the training a plain fit's, the peak below no LMS."""
@@ -300,8 +301,7 @@ def test_in_a_fit_of_unknown_length_the_probes_swaps_stand_only_where_their_copi
                                                                                                      request, link):
     """A generator Keras cannot count: no steps left to weigh the probe's extra copies over. Where they cost nothing
     more than the plan's (hidden under the compute), its swaps stand (said), else the plan is traced."""
-    if link == "copies cost":
-        request.getfixturevalue("costly_copies")
+    request.getfixturevalue("free_copies" if link == "copies hide" else "costly_copies")
     x, y = models.images(64, 32)
     model = models.residual_bn_dropout()
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -250,8 +250,7 @@ def test_where_the_probe_finds_the_step_fits_a_short_fit_keeps_its_swaps_rather_
     assert traced.prediction_source == "traced graph" and executed.prediction_source.startswith("executed")
     # (the traced graph's own figure: where nothing moved, LMS's figure without it is its first step, measured)
     between = (executed.device_peak_bytes_without_lms + traced.traced_device_peaks[1]) // 2
-    if link == "copies cost":
-        request.getfixturevalue("costly_copies")
+    request.getfixturevalue("free_copies" if link == "copies hide" else "costly_copies")
     stats = fitted(str(int(between / 0.8)))  # LMS plans to fill 80% of the device
     notes = " ".join(stats.notes)
     if link == "copies hide":

@@ -8,8 +8,11 @@ Markers:
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import threading
+import weakref
 from dataclasses import dataclass
 
 import pytest
@@ -189,6 +192,40 @@ def no_new_threads():
     yield
     left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
     assert not left, f"threads left running: {left}"
+
+
+_made_iterators: weakref.WeakSet | None = None  # the tf.data iterators made since the last test that left one
+
+
+def _watch_tf_data_iterators() -> weakref.WeakSet:
+    import tensorflow as tf
+
+    made, own_iter = weakref.WeakSet(), tf.data.Dataset.__iter__
+
+    def watched_iter(dataset):
+        iterator = own_iter(dataset)
+        made.add(iterator)
+        return iterator
+
+    tf.data.Dataset.__iter__ = watched_iter
+    return made
+
+
+@pytest.fixture(autouse=True)
+def failed_fits_released():
+    """Frees now what a fit that raised left behind. Its tf.data iterator stays in a cycle with Keras's suspended
+    epoch (which the error's traceback held) until a full collection, and freeing it then waits for its autotuning
+    thread's next round, which comes at doubling intervals: a test many minutes later stalled for 50 s. After a test
+    that left an iterator it made alive, one collection frees it seconds after it was made."""
+    global _made_iterators
+    yield
+    if "tensorflow" not in sys.modules:
+        return
+    if _made_iterators is None:
+        _made_iterators = _watch_tf_data_iterators()
+    elif len(_made_iterators):
+        gc.collect()
+        _made_iterators.clear()
 
 
 FIT_SETUP = """

@@ -215,8 +215,8 @@ def _watch_tf_data_iterators() -> weakref.WeakSet:
 def failed_fits_released():
     """Frees now what a fit that raised left behind. Its tf.data iterator stays in a cycle with Keras's suspended
     epoch (which the error's traceback held) until a full collection, and freeing it then waits for its autotuning
-    thread's next round, which comes at doubling intervals: a test many minutes later stalled for 50 s. After a test
-    that left an iterator it made alive, one collection frees it seconds after it was made."""
+    thread's next round, which comes at doubling intervals: the later the collection, the longer the test it runs in
+    waits. After a test that left an iterator it made alive, one collection frees it seconds after it was made."""
     global _made_iterators
     yield
     if "tensorflow" not in sys.modules:

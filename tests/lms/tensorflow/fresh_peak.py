@@ -9,8 +9,8 @@ the pytest process depends on the tests before it. Here the only history is
 the model's own warm-up.
 
 A fresh process is not always the same either: in a few its warm-up leaves
-the free lists so that every later step counts a chunk more (the subclassed
-CNN: 8.4-8.8 MiB in 50 of 52 processes, 10.4 MiB in two, 12.4 MiB in one CI run).
+the free lists so that every later step counts a chunk or two more (the
+subclassed CNN: 8.4 MiB in most, 2-4 MiB more in a few; docs/measurements.md).
 So ``measure`` takes the median of three processes, run side by side.
 
 Run as ``python -m tests.lms.tensorflow.fresh_peak NAME``; prints the peak in bytes.

@@ -34,6 +34,10 @@ def host_held(profile, routes: list[SwapRoute], size_of: Callable[[str, str, int
         >>> route = SwapRoute("relu", "Relu", 0, ("pool",), ("lms_swap_in/relu",), ("grad/lms_landed_0",))
         >>> host_held(profile, [route], lambda name, op, index: 500)  # from pool's end to the landing's copy
         ([HostHeld(start_ps=20, end_ps=61, nbytes=512)], 0)
+        >>> chunk = StepProfile([Allocation("relu", "output", 1024, 1, False, 10, 2024)] + profile.events[1:],
+        ...                     profile.runs)  # the allocator gave relu a chunk of twice its bytes
+        >>> host_held(chunk, [route], lambda name, op, index: 500)[0]
+        [HostHeld(start_ps=20, end_ps=61, nbytes=1024)]
     """
     runs = {op_name_in_step(name): span for name, span in profile.runs.items()}
     allocated: dict[str, list] = {}  # op -> its allocations (time, address, bytes)
@@ -59,16 +63,28 @@ def host_held(profile, routes: list[SwapRoute], size_of: Callable[[str, str, int
         landed_as_copy = any(op_name_in_step(name) in allocated for name in route.landings)
         returned = landing_end if landed_as_copy else landing_start  # a buffer the landing took on is the device's
         copies = [found for name in route.swap_ins for found in allocated.get(op_name_in_step(name), ())]
+        counted = _counted(route, nbytes, allocated, frees, start)
         if not copies:
-            held.append(HostHeld(start, returned, -(-nbytes // GRANULE_BYTES) * GRANULE_BYTES))
+            held.append(HostHeld(start, returned, counted))
             continue
         copied = max((runs[name][1] for name in map(op_name_in_step, route.swap_ins) if name in runs),
                      default=returned)
-        held.append(HostHeld(start, copied, -(-nbytes // GRANULE_BYTES) * GRANULE_BYTES))
+        held.append(HostHeld(start, copied, counted))
         for time_ps, address, size in copies:
             freed = [at for at in frees.get(address, ()) if at > time_ps]
             held.append(HostHeld(time_ps, min([returned] + freed[:1]), size))
     return held, unseen
+
+
+def _counted(route: SwapRoute, nbytes: int, allocated: dict, frees: dict, start_ps: int) -> int:
+    """What the allocator counts for ``route``'s tensor while the host holds it (from ``start_ps``): the chunk its
+    producer was given, still allocated then (BFC serves a request from a free chunk up to twice its size and
+    counts the whole chunk), else its bytes rounded to the allocator's granule."""
+    rounded = -(-nbytes // GRANULE_BYTES) * GRANULE_BYTES
+    chunks = [size for time_ps, address, size in allocated.get(op_name_in_step(route.producer), ())
+              if rounded <= size <= 2 * rounded and time_ps <= start_ps
+              and not any(time_ps < at <= start_ps for at in frees.get(address, ()))]
+    return min(chunks, default=rounded)
 
 
 def _size(route: SwapRoute, size_of, allocated: dict) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..core.scratch import OUTPUT_REGION
 from ..core.shared_allocator import HostHeld, device_held
 from .graph import op_name_in_step, swapped_tensor_name
 from .partitions import SwapRoute
@@ -41,12 +42,15 @@ def host_held(profile, routes: list[SwapRoute], size_of: Callable[[str, str, int
     """
     runs = {op_name_in_step(name): span for name, span in profile.runs.items()}
     allocated: dict[str, list] = {}  # op -> its allocations (time, address, bytes)
+    outputs: dict[str, list] = {}  # op -> those of its outputs (not its kernel's scratch)
     frees: dict[int, list[int]] = {}  # address -> when freed
     for event in profile.events:
         if event.freed:
             frees.setdefault(event.address, []).append(event.time_ps)
         elif event.op:
             allocated.setdefault(op_name_in_step(event.op), []).append((event.time_ps, event.address, event.nbytes))
+            if event.region == OUTPUT_REGION:
+                outputs.setdefault(op_name_in_step(event.op), []).append((event.time_ps, event.address, event.nbytes))
     step_end = profile.events[-1].time_ps + 1 if profile.events else 0
     held, unseen = [], 0
     for route in routes:
@@ -63,7 +67,7 @@ def host_held(profile, routes: list[SwapRoute], size_of: Callable[[str, str, int
         landed_as_copy = any(op_name_in_step(name) in allocated for name in route.landings)
         returned = landing_end if landed_as_copy else landing_start  # a buffer the landing took on is the device's
         copies = [found for name in route.swap_ins for found in allocated.get(op_name_in_step(name), ())]
-        counted = _counted(route, nbytes, allocated, frees, start)
+        counted = _counted(route, nbytes, outputs, frees, start)
         if not copies:
             held.append(HostHeld(start, returned, counted))
             continue
@@ -76,12 +80,13 @@ def host_held(profile, routes: list[SwapRoute], size_of: Callable[[str, str, int
     return held, unseen
 
 
-def _counted(route: SwapRoute, nbytes: int, allocated: dict, frees: dict, start_ps: int) -> int:
+def _counted(route: SwapRoute, nbytes: int, outputs: dict, frees: dict, start_ps: int) -> int:
     """What the allocator counts for ``route``'s tensor while the host holds it (from ``start_ps``): the chunk its
-    producer was given, still allocated then (BFC serves a request from a free chunk up to twice its size and
-    counts the whole chunk), else its bytes rounded to the allocator's granule."""
+    producer was given for an output (``outputs``: by op, (time, address, bytes)), still allocated then (BFC serves
+    a request from a free chunk up to twice its size and counts the whole chunk), else its bytes rounded to the
+    allocator's granule."""
     rounded = -(-nbytes // GRANULE_BYTES) * GRANULE_BYTES
-    chunks = [size for time_ps, address, size in allocated.get(op_name_in_step(route.producer), ())
+    chunks = [size for time_ps, address, size in outputs.get(op_name_in_step(route.producer), ())
               if rounded <= size <= 2 * rounded and time_ps <= start_ps
               and not any(time_ps < at <= start_ps for at in frees.get(address, ()))]
     return min(chunks, default=rounded)
